@@ -1,0 +1,106 @@
+//! Condition types and the reasons the operator sets itself.
+//!
+//! This is the machine-readable half of `docs/api/conditions.md`. Reasons that
+//! come from Flux (e.g. `InstallFailed`, `UpgradeFailed`, `ArtifactFailed`) are
+//! relayed verbatim and deliberately not listed here: the operator does not
+//! invent a vocabulary on top of Flux's, and a reason Flux adds tomorrow flows
+//! through unchanged.
+
+/// Condition types.
+pub mod types {
+    /// Summary: the application is deployed at the desired state (normal-true).
+    pub const READY: &str = "Ready";
+    /// Work is under way (abnormal-true, present only when True, kstatus).
+    pub const RECONCILING: &str = "Reconciling";
+    /// No progress without a change (abnormal-true, present only when True, kstatus).
+    pub const STALLED: &str = "Stalled";
+    /// Relayed from the HelmRelease: result of the last install/upgrade.
+    pub const RELEASED: &str = "Released";
+    /// Relayed from the HelmRelease: result of the last Helm test.
+    pub const TEST_SUCCESS: &str = "TestSuccess";
+    /// Relayed from the HelmRelease: result of the last remediation.
+    pub const REMEDIATED: &str = "Remediated";
+    /// Relayed from the HelmRelease: drift between the release manifest and the cluster.
+    pub const DRIFTED: &str = "Drifted";
+    /// Relayed from the chart source (HelmRepository / OCIRepository / HelmChart) when it is not Ready.
+    pub const SOURCE_READY: &str = "SourceReady";
+
+    /// Operation summary for bounded work: Unknown while pending or running, True/False at the end.
+    pub const SUCCEEDED: &str = "Succeeded";
+
+    /// Engine conditions relayed from a HelmRelease onto an ApplicationInstance.
+    pub const RELAYED_FROM_HELMRELEASE: [&str; 7] =
+        [READY, RELEASED, TEST_SUCCESS, REMEDIATED, DRIFTED, RECONCILING, STALLED];
+}
+
+/// Reasons the operator sets on ApplicationInstances.
+pub mod reasons {
+    /// Ready=Unknown / Reconciling=True: the engine object was written and the engine has not
+    /// yet observed its current generation.
+    pub const AWAITING_ENGINE: &str = "AwaitingEngine";
+    /// Ready=Unknown / Reconciling=True: the ApplicationInstance is new and nothing was applied yet.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Ready=False / Stalled=True: the spec is valid for the API server but cannot be materialised.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Ready=False: a non-optional Secret or ConfigMap named in valuesFrom or the repository does not exist.
+    pub const REFERENCED_OBJECT_NOT_FOUND: &str = "ReferencedObjectNotFound";
+    /// Ready=False / Stalled=True: the namespace or target namespace is outside the controller's allow-list.
+    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    /// Ready=False: the engine's CRDs (e.g. Flux's HelmRelease) are not installed.
+    pub const ENGINE_NOT_INSTALLED: &str = "EngineNotInstalled";
+    /// Ready=False / Stalled=True: the requested engine is not available in this build/cluster.
+    pub const ENGINE_UNAVAILABLE: &str = "EngineUnavailable";
+    /// Ready=False: writing the engine objects failed (forbidden, conflict, server error).
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// Ready=False: an ApplicationInstance in dependsOn does not exist.
+    pub const DEPENDENCY_NOT_FOUND: &str = "DependencyNotFound";
+    /// Ready=Unknown: the ApplicationInstance is being deleted and the release uninstalled.
+    pub const UNINSTALLING: &str = "Uninstalling";
+    /// Reconciling absent, Ready unchanged: `spec.suspend` is true (message only on Ready).
+    pub const SUSPENDED: &str = "Suspended";
+
+    /// Every reason the app controller sets itself (for docs and tests).
+    pub const APP_REASONS: [&str; 11] = [
+        AWAITING_ENGINE,
+        PROGRESSING,
+        INVALID_SPEC,
+        REFERENCED_OBJECT_NOT_FOUND,
+        NAMESPACE_NOT_ALLOWED,
+        ENGINE_NOT_INSTALLED,
+        ENGINE_UNAVAILABLE,
+        APPLY_FAILED,
+        DEPENDENCY_NOT_FOUND,
+        UNINSTALLING,
+        SUSPENDED,
+    ];
+}
+
+/// Reasons the day-2 engines set on Operations (condition `Succeeded`).
+pub mod operation_reasons {
+    /// Pending: waiting for `spec.notBefore`.
+    pub const WAITING_FOR_NOT_BEFORE: &str = "WaitingForNotBefore";
+    /// Pending: another mutating operation on the same application runs first.
+    pub const QUEUED: &str = "Queued";
+    /// Running: the child objects exist and are being driven.
+    pub const RUNNING: &str = "Running";
+    /// Succeeded=True.
+    pub const COMPLETED: &str = "Completed";
+    /// Succeeded=False: the underlying engine reported failure (message says why).
+    pub const FAILED: &str = "Failed";
+    /// Expired: not started before `spec.deadline`; nothing was done.
+    pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+    /// Succeeded=True without acting: the requestId was already handled (see status.duplicateOf).
+    pub const DUPLICATE_REQUEST: &str = "DuplicateRequest";
+    /// Failed: spec.applicationRef names no ApplicationInstance.
+    pub const APPLICATION_NOT_FOUND: &str = "ApplicationNotFound";
+    /// Failed: the operation's namespace is outside the engine's allow-list.
+    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    /// Failed: the backup to restore from does not exist or did not succeed.
+    pub const BACKUP_NOT_FOUND: &str = "BackupNotFound";
+    /// Failed: the payload asks for something this engine does not do (yet).
+    pub const NOT_SUPPORTED: &str = "NotSupported";
+    /// Failed: the payload cannot be acted on (e.g. a Job spec that does not parse).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Failed: the controller the operation drives (Velero, CSI snapshots) is not installed.
+    pub const ENGINE_NOT_INSTALLED: &str = "EngineNotInstalled";
+}

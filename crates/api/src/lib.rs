@@ -1,0 +1,32 @@
+//! vWorkspace custom resource types: the whole contract between the control
+//! plane (Odoo, through the agent) and a cluster.
+//!
+//! This crate holds types and constants only: no client, no runtime. The CRD
+//! YAML in `deploy/crds/` is generated from it (`just generate`), and the
+//! conditions contract (`docs/api/conditions.md`) names the constants in
+//! [`conditions`].
+
+pub mod application_instance;
+pub mod conditions;
+pub mod operation;
+pub mod schema;
+
+pub use application_instance::*;
+pub use operation::*;
+
+/// API group of every vWorkspace CRD.
+pub const GROUP: &str = "vworkspace.io";
+/// The one served and stored version.
+pub const VERSION: &str = "v1alpha1";
+
+/// Label every object we create carries, so it can be listed and pruned.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`].
+pub const MANAGED_BY: &str = "vworkspace-operator";
+
+use kube::CustomResourceExt;
+
+/// Every CRD of the group, in a stable order (used by `crdgen` and the tests).
+pub fn all_crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    vec![ApplicationInstance::crd(), Operation::crd()]
+}

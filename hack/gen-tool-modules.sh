@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Regenerates the wrapper Go modules under hack/tools/ from hack/versions.env.
+#
+# Why wrappers: none of these upstream commands can be `go install`ed at a
+# version, because their go.mod files carry `replace` directives (k/k's staging
+# modules, etcd's ../api, Flux's ./api). A wrapper module requires the upstream
+# module and re-states the non-local replaces, taken from the upstream go.mod
+# itself so a version bump never needs hand-editing.
+source "$(dirname "$0")/lib.sh"
+
+gen_module() { # dir module-path go-line godebug-line requirement...
+  local dir="$HACK_DIR/tools/$1" mod="$2"
+  rm -rf "$dir"; mkdir -p "$dir"
+  printf 'module %s\n\ngo 1.26.0\n' "$mod" > "$dir/go.mod"
+}
+
+copy_nonlocal_replaces() { # dir upstream-go.mod
+  # Every `old => new version` replace of the upstream go.mod, except local paths.
+  python3 - "$2" <<'PY' | while read -r spec; do (cd "$1" && go mod edit -replace="$spec"); done
+import re, sys
+text = open(sys.argv[1]).read()
+lines = []
+for block in re.findall(r'^replace\s*\((.*?)^\)', text, re.S | re.M):
+    lines += block.splitlines()
+lines += re.findall(r'^replace\s+([^(\n].*)$', text, re.M)
+for line in lines:
+    line = line.split('//')[0].strip()
+    m = re.match(r'(\S+)(?:\s+\S+)?\s*=>\s*(\S+)\s+(\S+)$', line)
+    if m and not m.group(2).startswith('.'):
+        print(f"{m.group(1)}={m.group(2)}@{m.group(3)}")
+PY
+}
+
+# Flux builds helm-controller against a Helm fork (github.com/fluxcd/helm/v4
+# vX.Y.Z-flux.N). Where the module proxy does not serve that fork, fall back to
+# upstream Helm at the fork's base version and say so: the fork carries small
+# patches (see docs/development/local-cluster.md), not API changes.
+fallback_unavailable_forks() { # dir
+  local dir="$1" spec
+  for spec in $(cd "$dir" && go mod edit -json | python3 -c '
+import json,sys
+for r in json.load(sys.stdin).get("Replace") or []:
+    if r["New"].get("Version"): print(r["Old"]["Path"] + "=" + r["New"]["Path"] + "@" + r["New"]["Version"])'); do
+    local old=${spec%%=*} new=${spec#*=}
+    if ! (cd /tmp && go mod download "$new" >/dev/null 2>&1); then
+      local base=${new#*@}; base=${base%%-flux.*}
+      log "WARNING: $new is not served by the module proxy; using $old@$base instead"
+      (cd "$dir" && go mod edit -replace="$old=$old@$base")
+    fi
+  done
+}
+
+# --- Kubernetes control plane -------------------------------------------------
+log "kube $KUBE_VERSION"
+gen_module kube vworkspace.local/tools/kube
+d="$HACK_DIR/tools/kube"
+kk_gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+staging="v0.${KUBE_VERSION#v1.}"
+grep -o 'k8s.io/[a-z0-9-]* => ./staging' "$kk_gomod" | awk '{print $1}' | sort -u |
+  while read -r m; do (cd "$d" && go mod edit -replace="$m=$m@$staging"); done
+# godebug lines of dependencies are ignored; only the main module's apply.
+grep -E '^godebug ' "$kk_gomod" >> "$d/go.mod" || true
+(cd "$d" && go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
+   "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION" \
+   "k8s.io/kubernetes/cmd/kube-scheduler@$KUBE_VERSION" \
+   "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION")
+
+# --- etcd ---------------------------------------------------------------------
+log "etcd $ETCD_VERSION"
+gen_module etcd vworkspace.local/tools/etcd
+(cd "$HACK_DIR/tools/etcd" && go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+
+# --- kwok ---------------------------------------------------------------------
+log "kwok $KWOK_VERSION"
+gen_module kwok vworkspace.local/tools/kwok
+(cd "$HACK_DIR/tools/kwok" && go get -tool "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION")
+
+# --- Flux: one wrapper per controller (their go-digest replaces conflict) -----
+for pair in "helm-controller:$HELM_CONTROLLER_VERSION" "source-controller:$SOURCE_CONTROLLER_VERSION"; do
+  name=${pair%%:*} ver=${pair#*:}
+  log "$name $ver"
+  gen_module "$name" "vworkspace.local/tools/$name"
+  up=$(go mod download -json "github.com/fluxcd/$name@$ver" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  copy_nonlocal_replaces "$HACK_DIR/tools/$name" "$up"
+  fallback_unavailable_forks "$HACK_DIR/tools/$name"
+  (cd "$HACK_DIR/tools/$name" && go get -tool "github.com/fluxcd/$name@$ver")
+done
+log "wrappers regenerated under hack/tools/"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Shared settings for the hack/ scripts. Source it; do not run it.
+set -euo pipefail
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+# shellcheck source=versions.env
+source "$HACK_DIR/versions.env"
+
+export GOTOOLCHAIN=local
+export GOFLAGS=-buildvcs=false
+export CGO_ENABLED=0
+
+# Binaries live outside the repository, keyed by everything that decides them,
+# so a clean clone reuses them and a version bump rebuilds.
+CACHE_ROOT="${VWS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vworkspace-operator}"
+cache_key() {
+  { cat "$HACK_DIR/versions.env" \
+      "$HACK_DIR"/tools/*/go.mod "$HACK_DIR"/tools/*/go.sum 2>/dev/null || true; } | sha256sum | cut -c1-16
+}
+BIN_DIR="$CACHE_ROOT/bin-$(cache_key)"
+TOOLS_DIR="$CACHE_ROOT/tools"
+
+# Runtime state of the local cluster (certs, kubeconfig, logs, pids): ignored by git.
+CLUSTER_DIR="${VWS_CLUSTER_DIR:-$REPO_ROOT/target/e2e-cluster}"
+KUBECONFIG_PATH="$CLUSTER_DIR/admin.kubeconfig"
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+go_mod_dir() { go mod download -json "$1" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])'; }
