@@ -8,6 +8,7 @@ source "$(dirname "$0")/lib.sh"
 want=(etcd kwok kube-apiserver kube-controller-manager kube-scheduler kubectl source-controller helm-controller)
 have_all() { for b in "${want[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done; }
 if have_all; then echo "$BIN_DIR"; exit 0; fi
+[[ ${1:-} == --no-build ]] && exit 1
 
 mkdir -p "$BIN_DIR" "$CACHE_ROOT/logs"
 exec 9>"$CACHE_ROOT/build.lock"; flock 9   # one builder at a time per cache

@@ -1,0 +1,108 @@
+//! Small helpers for Flux objects in tests (no Flux Rust types exist; JSON is enough).
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject};
+
+use crate::{CHART_REPO, TestContext, condition, conditions_summary, dynamic_api, eventually, get_json};
+
+/// HelmRelease API in the test namespace.
+pub fn helm_releases(ctx: &TestContext) -> Api<DynamicObject> {
+    dynamic_api(
+        &ctx.client,
+        &ctx.namespace,
+        "helm.toolkit.fluxcd.io",
+        "v2",
+        "HelmRelease",
+        "helmreleases",
+    )
+}
+
+/// HelmRepository API in the test namespace.
+pub fn helm_repositories(ctx: &TestContext) -> Api<DynamicObject> {
+    dynamic_api(
+        &ctx.client,
+        &ctx.namespace,
+        "source.toolkit.fluxcd.io",
+        "v1",
+        "HelmRepository",
+        "helmrepositories",
+    )
+}
+
+/// A HelmRepository for the local chart server.
+pub fn local_helm_repository(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "HelmRepository",
+        "metadata": {"name": name},
+        "spec": {"url": CHART_REPO, "interval": "1m"}
+    })
+}
+
+/// A HelmRelease of `chart@version` from the HelmRepository `repo` in the same namespace.
+pub fn helm_release(
+    name: &str,
+    repo: &str,
+    chart: &str,
+    version: &str,
+    values: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "helm.toolkit.fluxcd.io/v2",
+        "kind": "HelmRelease",
+        "metadata": {"name": name},
+        "spec": {
+            "interval": "5m",
+            "timeout": "1m",
+            "chart": {"spec": {"chart": chart, "version": version, "interval": "1m",
+                               "sourceRef": {"kind": "HelmRepository", "name": repo}}},
+            "values": values
+        }
+    })
+}
+
+/// True when the HelmRelease has observed its generation and reports `Ready=<status>`.
+fn ready_is(hr: &serde_json::Value, status: &str) -> bool {
+    let generation = hr.pointer("/metadata/generation").and_then(|g| g.as_i64());
+    let ready_gen = hr
+        .pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .and_then(|c| c["observedGeneration"].as_i64());
+    generation.is_some() && generation == ready_gen && condition(hr, "Ready").is_some_and(|(s, _, _)| s == status)
+}
+
+/// Waits until the HelmRelease is Ready=True for its current generation.
+pub async fn wait_helm_release_ready(
+    ctx: &TestContext,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    let api = helm_releases(ctx);
+    eventually(ctx, &format!("HelmRelease {name} Ready=True"), timeout, || async {
+        Ok(match get_json(&api, name).await? {
+            Some(hr) if ready_is(&hr, "True") => Ok(hr),
+            Some(hr) => Err(conditions_summary(&hr)),
+            None => Err("not found".into()),
+        })
+    })
+    .await
+}
+
+/// Waits until the HelmRelease is Ready=False for its current generation and not reconciling.
+pub async fn wait_helm_release_failed(
+    ctx: &TestContext,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    let api = helm_releases(ctx);
+    eventually(ctx, &format!("HelmRelease {name} Ready=False"), timeout, || async {
+        Ok(match get_json(&api, name).await? {
+            Some(hr) if ready_is(&hr, "False") && condition(&hr, "Reconciling").is_none() => Ok(hr),
+            Some(hr) => Err(conditions_summary(&hr)),
+            None => Err("not found".into()),
+        })
+    })
+    .await
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the e2e suite inside the cluster's loopback-only network namespace.
+# Brings the local cluster up if it is not running, and then takes it down
+# again at the end (set VWS_KEEP_CLUSTER=1 to keep it). Extra arguments go to
+# the test binary (e.g. a test name filter).
+source "$(dirname "$0")/lib.sh"
+cd "$REPO_ROOT"
+
+started=0
+if ! "$HACK_DIR/cluster.sh" status >/dev/null 2>&1; then
+  "$HACK_DIR/cluster.sh" up
+  started=1
+fi
+cleanup() {
+  if [[ $started == 1 && -z ${VWS_KEEP_CLUSTER:-} ]]; then "$HACK_DIR/cluster.sh" down; fi
+}
+trap cleanup EXIT
+
+# Build outside the netns (crates.io is not reachable inside it), run inside it.
+cargo build --workspace --bins --quiet
+cargo test -p e2e --no-run --quiet
+t0=$SECONDS
+"$HACK_DIR/cluster.sh" exec cargo test -p e2e --offline -- --test-threads="${VWS_E2E_THREADS:-4}" "$@"
+log "e2e finished in $((SECONDS - t0))s"

@@ -1,0 +1,59 @@
+# vworkspace-operator developer recipes. On a fresh machine use `hack/just <recipe>`,
+# which installs `just` first.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# List recipes.
+default:
+    @just --list
+
+# Regenerate CRD YAML in deploy/crds/ from crates/api.
+generate:
+    cargo run -q -p crdgen -- deploy/crds
+
+# Fail if deploy/crds/ differs from what crates/api generates.
+check-generated:
+    cargo run -q -p crdgen -- --check deploy/crds
+
+# Format all Rust code.
+fmt:
+    cargo fmt --all
+
+# Check formatting without changing files.
+fmt-check:
+    cargo fmt --all --check
+
+# Clippy on every crate and target, warnings are errors.
+lint:
+    cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+# Unit tests (no cluster needed).
+unit:
+    cargo test --workspace --exclude e2e
+
+# Build (cached) and start the local cluster: etcd, kube-*, kwok, Flux, chart repo.
+cluster-up:
+    hack/cluster.sh up
+
+# Stop the local cluster and delete its state.
+cluster-down:
+    hack/cluster.sh down
+
+# Show the local cluster's processes and health.
+cluster-status:
+    hack/cluster.sh status
+
+# Run a command inside the cluster's network namespace, e.g. `just in-cluster kubectl get ai -A`.
+in-cluster +cmd:
+    source target/e2e-cluster/env && PATH="$VWS_BIN_DIR:$PATH" hack/cluster.sh exec {{cmd}}
+
+# End-to-end tests on the real local cluster (starts and stops it if needed).
+e2e *args:
+    hack/e2e.sh {{args}}
+
+# Everything CI runs: generated files, format, lint, unit tests, e2e.
+test: check-generated fmt-check lint unit e2e
+
+# The main job: a real local cluster with the operator and a sample app.
+demo:
+    hack/demo.sh
