@@ -339,5 +339,5 @@ pub fn dynamic_api(
 
 /// Fetches an object as JSON (None if absent).
 pub async fn get_json(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
-    Ok(api.get_opt(name).await?.map(|o| serde_json::to_value(o)).transpose()?)
+    Ok(api.get_opt(name).await?.map(serde_json::to_value).transpose()?)
 }
