@@ -1,0 +1,313 @@
+//! [`FluxEngine`]: the thin client layer that applies, reads and deletes the
+//! objects [`build`] describes.
+//!
+//! Requests per call, so the cost is predictable:
+//! - `check_installed`: 2 discovery GETs.
+//! - `materialize`: a GET of the HelmRelease and of the managed source (the
+//!   ownership check), an apply of each, and a GET per managed source kind no
+//!   longer in use (pruning; a DELETE only when one of ours is found).
+//! - `observe`: a GET of the HelmRelease, its source and its HelmChart.
+//! - `delete`: a GET (and a DELETE) per object.
+//!
+//! Objects are never logged: a HelmRelease carries inline values, which may be
+//! sensitive. Logs name objects by kind, namespace and name only.
+
+use api::{ApplicationInstance, EngineKind};
+use futures::future::BoxFuture;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::{Client, ResourceExt};
+use tracing::{debug, info};
+
+use super::{FluxKind, HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, build, observe};
+use crate::meta::{AppId, Ownership, is_terminating, ownership};
+use crate::{DeleteProgress, Engine, EngineError, MaterializeInput, Materialized, Observation};
+
+/// The field manager of the ApplicationInstance controller's writes.
+pub const FIELD_MANAGER: &str = "vworkspace-app-controller";
+
+/// Resources that must be served for the adapter to work, per group version.
+const REQUIRED: [(&str, &[FluxKind]); 2] = [
+    ("helm.toolkit.fluxcd.io/v2", &[HELM_RELEASE]),
+    (
+        "source.toolkit.fluxcd.io/v1",
+        &[HELM_REPOSITORY, OCI_REPOSITORY, super::HELM_CHART],
+    ),
+];
+
+/// The Flux helm-controller engine.
+#[derive(Clone)]
+pub struct FluxEngine {
+    client: Client,
+    field_manager: String,
+}
+
+impl FluxEngine {
+    /// An engine writing with `field_manager` (normally [`FIELD_MANAGER`]).
+    pub fn new(client: Client, field_manager: impl Into<String>) -> Self {
+        Self {
+            client,
+            field_manager: field_manager.into(),
+        }
+    }
+
+    /// The field manager of every apply.
+    pub fn field_manager(&self) -> &str {
+        &self.field_manager
+    }
+
+    fn api(&self, kind: FluxKind, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &kind.api_resource())
+    }
+
+    async fn check_installed_impl(&self) -> Result<(), EngineError> {
+        let mut missing = Vec::new();
+        for (group_version, kinds) in REQUIRED {
+            let served = match self.client.list_api_group_resources(group_version).await {
+                Ok(list) => list.resources.into_iter().map(|r| r.name).collect(),
+                Err(kube::Error::Api(status)) if status.is_not_found() => Vec::new(),
+                Err(err) => return Err(err.into()),
+            };
+            let absent = kinds.iter().filter(|k| !served.iter().any(|name| name == k.plural));
+            missing.extend(absent.map(FluxKind::resource_name));
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(EngineError::NotInstalled(format!(
+            "Flux is not installed or too old (v2.6 or newer is needed): the cluster does not serve {}",
+            missing.join(", ")
+        )))
+    }
+
+    async fn materialize_impl(
+        &self,
+        app: &ApplicationInstance,
+        input: &MaterializeInput,
+    ) -> Result<Materialized, EngineError> {
+        // Build (and so validate) everything before the first request.
+        let id = AppId::of(app)?;
+        let release = build::helm_release(app, input)?;
+        let source = build::source(app)?;
+        let stale = build::stale_source_kinds(app)?;
+        let materialized = Materialized {
+            engine_ref: build::engine_reference(app)?,
+            source_ref: Some(build::source_reference(app)?),
+        };
+
+        self.ensure_writable(HELM_RELEASE, app, id).await?;
+        if let Some(source) = &source {
+            let kind = managed_kind(source);
+            self.ensure_writable(kind, app, id).await?;
+            self.apply(kind, id, source).await?;
+        }
+        self.apply(HELM_RELEASE, id, &release).await?;
+        // Only after the release points at the new source.
+        for kind in stale {
+            self.delete_if_ours(kind, app, id).await?;
+        }
+        Ok(materialized)
+    }
+
+    async fn observe_impl(&self, app: &ApplicationInstance) -> Result<Option<Observation>, EngineError> {
+        let id = AppId::of(app)?;
+        let Some(release) = self.api(HELM_RELEASE, id.namespace).get_opt(id.name).await? else {
+            return Ok(None);
+        };
+        let refs = observe::source_refs(&release);
+        let source = self.get_readable(refs.source.as_ref()).await?;
+        let chart = self.get_readable(refs.chart.as_ref()).await?;
+        Ok(Some(observe::observe(&release, source.as_ref(), chart.as_ref())))
+    }
+
+    async fn delete_impl(&self, app: &ApplicationInstance) -> Result<DeleteProgress, EngineError> {
+        let id = AppId::of(app)?;
+        if let Some(waiting) = self.delete_release(app, id).await? {
+            return Ok(DeleteProgress::InProgress(waiting));
+        }
+        // Sources hold no release state: once the release is gone, issuing their
+        // deletion is enough; source-controller finishes its own finalizer.
+        for kind in [HELM_REPOSITORY, OCI_REPOSITORY] {
+            self.delete_if_ours(kind, app, id).await?;
+        }
+        Ok(DeleteProgress::Gone)
+    }
+
+    /// Deletes our HelmRelease; `Some(what we wait for)` while it still exists.
+    async fn delete_release(&self, app: &ApplicationInstance, id: AppId<'_>) -> Result<Option<String>, EngineError> {
+        let api = self.api(HELM_RELEASE, id.namespace);
+        let Some(release) = api.get_opt(id.name).await? else {
+            return Ok(None);
+        };
+        if ownership(&release.metadata, app) != Ownership::Ours {
+            // Someone else's, or an orphan we never adopted: not ours to delete or wait for.
+            return Ok(None);
+        }
+        if !is_terminating(&release.metadata) {
+            info!(namespace = id.namespace, name = id.name, "deleting HelmRelease");
+            delete_tolerant(&api, id.name, release.uid()).await?;
+        }
+        let name = format!("HelmRelease {}/{}", id.namespace, id.name);
+        let suspended = release.data.pointer("/spec/suspend").and_then(|v| v.as_bool()) == Some(true);
+        Ok(Some(if suspended {
+            format!("{name} is suspended: Flux removes it without uninstalling the Helm release")
+        } else {
+            let detail = uninstall_failure(&release)
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default();
+            format!("waiting for helm-controller to uninstall the Helm release of {name}{detail}")
+        }))
+    }
+
+    /// Refuses to write a name that belongs to someone else or is being deleted.
+    async fn ensure_writable(
+        &self,
+        kind: FluxKind,
+        app: &ApplicationInstance,
+        id: AppId<'_>,
+    ) -> Result<(), EngineError> {
+        let Some(existing) = self.api(kind, id.namespace).get_opt(id.name).await? else {
+            return Ok(());
+        };
+        let name = format!("{} {}/{}", kind.kind, id.namespace, id.name);
+        if is_terminating(&existing.metadata) {
+            return Err(EngineError::Conflict(format!(
+                "{name} is being deleted; it is recreated once it is gone"
+            )));
+        }
+        match ownership(&existing.metadata, app) {
+            Ownership::Ours | Ownership::Orphaned => Ok(()),
+            Ownership::Foreign => Err(EngineError::Conflict(format!(
+                "{name} already exists and is not managed by this ApplicationInstance; rename one of them"
+            ))),
+        }
+    }
+
+    async fn apply(&self, kind: FluxKind, id: AppId<'_>, object: &DynamicObject) -> Result<(), EngineError> {
+        debug!(kind = kind.kind, namespace = id.namespace, name = id.name, "applying");
+        let params = PatchParams::apply(&self.field_manager).force();
+        match self
+            .api(kind, id.namespace)
+            .patch(id.name, &params, &Patch::Apply(object))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.is_not_found() && !names_namespace(&status) => Err(
+                EngineError::NotInstalled(format!("the cluster does not serve {}", kind.resource_name())),
+            ),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Deletes the object of `kind` named like the app if it is ours (and not already going).
+    async fn delete_if_ours(
+        &self,
+        kind: FluxKind,
+        app: &ApplicationInstance,
+        id: AppId<'_>,
+    ) -> Result<(), EngineError> {
+        let api = self.api(kind, id.namespace);
+        let Some(existing) = api.get_opt(id.name).await? else {
+            return Ok(());
+        };
+        if ownership(&existing.metadata, app) == Ownership::Ours && !is_terminating(&existing.metadata) {
+            info!(
+                kind = kind.kind,
+                namespace = id.namespace,
+                name = id.name,
+                "deleting chart source"
+            );
+            delete_tolerant(&api, id.name, existing.uid()).await?;
+        }
+        Ok(())
+    }
+
+    /// GETs `reference`; `None` when it does not exist or we may not read it
+    /// (e.g. a source in another namespace outside our RBAC).
+    async fn get_readable(
+        &self,
+        reference: Option<&api::ObjectReference>,
+    ) -> Result<Option<DynamicObject>, EngineError> {
+        let Some(reference) = reference else {
+            return Ok(None);
+        };
+        let Some(kind) = FluxKind::source_by_kind(&reference.kind) else {
+            return Ok(None);
+        };
+        let namespace = reference.namespace.as_deref().unwrap_or_default();
+        match self.api(kind, namespace).get(&reference.name).await {
+            Ok(object) => Ok(Some(object)),
+            Err(kube::Error::Api(status)) if status.is_not_found() || status.is_forbidden() => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+impl Engine for FluxEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Flux
+    }
+
+    fn check_installed(&self) -> BoxFuture<'_, Result<(), EngineError>> {
+        Box::pin(self.check_installed_impl())
+    }
+
+    fn materialize<'a>(
+        &'a self,
+        app: &'a ApplicationInstance,
+        input: &'a MaterializeInput,
+    ) -> BoxFuture<'a, Result<Materialized, EngineError>> {
+        Box::pin(self.materialize_impl(app, input))
+    }
+
+    fn observe<'a>(&'a self, app: &'a ApplicationInstance) -> BoxFuture<'a, Result<Option<Observation>, EngineError>> {
+        Box::pin(self.observe_impl(app))
+    }
+
+    fn delete<'a>(&'a self, app: &'a ApplicationInstance) -> BoxFuture<'a, Result<DeleteProgress, EngineError>> {
+        Box::pin(self.delete_impl(app))
+    }
+}
+
+/// Deletes `name` if it is still the object with `uid`; gone or replaced meanwhile is fine.
+async fn delete_tolerant(api: &Api<DynamicObject>, name: &str, uid: Option<String>) -> Result<(), EngineError> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The managed kind of a built source object.
+fn managed_kind(source: &DynamicObject) -> FluxKind {
+    source
+        .types
+        .as_ref()
+        .and_then(|t| FluxKind::source_by_kind(&t.kind))
+        .unwrap_or(HELM_REPOSITORY)
+}
+
+/// A 404 on create that is about the namespace (being deleted or absent),
+/// not about the resource type.
+fn names_namespace(status: &kube::core::Status) -> bool {
+    status.details.as_ref().is_some_and(|d| d.kind == "namespaces")
+}
+
+/// `reason: message` of a HelmRelease whose uninstall failed.
+fn uninstall_failure(release: &DynamicObject) -> Option<String> {
+    let conditions = release.data.pointer("/status/conditions")?.as_array()?;
+    conditions
+        .iter()
+        .filter(|c| c.get("type").and_then(|t| t.as_str()) == Some("Ready"))
+        .filter(|c| c.get("reason").and_then(|r| r.as_str()) == Some("UninstallFailed"))
+        .find_map(|c| Some(format!("UninstallFailed: {}", c.get("message")?.as_str()?)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,604 @@
+//! The client layer against a scripted API server (`tower_test::mock`): each
+//! test lists the exact requests the engine must make, in order, and the
+//! answers it gets.
+
+use super::*;
+use crate::fixtures::{NAMESPACE, UID, app, owner_json, ref_spec, repo_spec};
+use api::SourceKind;
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+const HR_PATH: &str = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/team-a/helmreleases/wiki";
+const HELMREPO_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmrepositories/wiki";
+const OCIREPO_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/ocirepositories/wiki";
+
+/// One expected request and the answer to it.
+struct Step {
+    method: Method,
+    path: String,
+    status: StatusCode,
+    body: Value,
+}
+
+fn step(method: Method, path: &str, status: StatusCode, body: Value) -> Step {
+    Step {
+        method,
+        path: path.into(),
+        status,
+        body,
+    }
+}
+
+fn not_found(path: &str) -> Step {
+    step(
+        Method::GET,
+        path,
+        StatusCode::NOT_FOUND,
+        status_body(404, "NotFound", None),
+    )
+}
+
+fn status_body(code: u16, reason: &str, details_kind: Option<&str>) -> Value {
+    let mut body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("{reason} (test)"),
+        "reason": reason,
+        "code": code,
+    });
+    if let Some(kind) = details_kind {
+        body["details"] = json!({"name": NAMESPACE, "kind": kind});
+    }
+    body
+}
+
+/// A request as the engine sent it.
+#[derive(Debug)]
+struct Seen {
+    method: Method,
+    path: String,
+    query: Vec<(String, String)>,
+    body: Option<Value>,
+}
+
+impl Seen {
+    fn query(&self, key: &str) -> Option<&str> {
+        self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
+fn engine() -> (Arc<dyn Engine>, Handle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    (Arc::new(FluxEngine::new(client, FIELD_MANAGER)), handle)
+}
+
+/// Serves `script` in order, asserting method and path, and returns what was sent.
+async fn serve(mut handle: Handle, script: Vec<Step>) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    for expected in script {
+        let (request, send) = handle
+            .next_request()
+            .await
+            .expect("the engine made the expected request");
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await.expect("request body");
+        let query = parts
+            .uri
+            .query()
+            .unwrap_or_default()
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let request = Seen {
+            method: parts.method,
+            path: parts.uri.path().to_owned(),
+            query,
+            body: serde_json::from_slice(&bytes).ok(),
+        };
+        assert_eq!(
+            (&request.method, request.path.as_str()),
+            (&expected.method, expected.path.as_str())
+        );
+        let response = Response::builder()
+            .status(expected.status)
+            .body(Body::from(serde_json::to_vec(&expected.body).expect("json")))
+            .expect("response");
+        send.send_response(response);
+        seen.push(request);
+    }
+    seen
+}
+
+/// Runs `call` against `script`; both must finish, and nothing else may be requested.
+async fn run<T>(script: Vec<Step>, call: impl AsyncFnOnce(Arc<dyn Engine>) -> T) -> (T, Vec<Seen>) {
+    let (engine, handle) = engine();
+    let server = tokio::spawn(serve(handle, script));
+    let result = tokio::time::timeout(Duration::from_secs(5), call(engine))
+        .await
+        .expect("engine call finished");
+    let seen = tokio::time::timeout(Duration::from_secs(1), server)
+        .await
+        .expect("every scripted request was made")
+        .expect("server task");
+    (result, seen)
+}
+
+/// An existing object at `path`'s kind, controlled by `uid`.
+fn existing(kind: &str, api_version: &str, uid_of_owner: Option<&str>, extra: Value) -> Value {
+    let mut object = json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": "wiki", "namespace": NAMESPACE, "uid": format!("{kind}-uid"), "generation": 1},
+        "spec": {},
+    });
+    if let Some(owner) = uid_of_owner {
+        let mut owners = owner_json();
+        owners[0]["uid"] = json!(owner);
+        object["metadata"]["ownerReferences"] = owners;
+    }
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        match (k.as_str(), v.as_object()) {
+            // Metadata is merged so fixtures keep their owner reference and UID.
+            ("metadata", Some(fields)) => fields.iter().for_each(|(f, v)| object["metadata"][f] = v.clone()),
+            _ => object[k] = v.clone(),
+        }
+    }
+    object
+}
+
+fn our_release(extra: Value) -> Value {
+    existing("HelmRelease", "helm.toolkit.fluxcd.io/v2", Some(UID), extra)
+}
+
+#[tokio::test]
+async fn engine_is_flux() {
+    let (engine, _handle) = engine();
+    assert_eq!(engine.kind(), api::EngineKind::Flux);
+}
+
+#[tokio::test]
+async fn materialize_http_applies_source_then_release_with_our_field_manager() {
+    let app = app(repo_spec("https://charts.example.com", Some("6.2.1")));
+    let input = MaterializeInput {
+        values_revision: Some("rv-1".into()),
+    };
+    let built_source = serde_json::to_value(build::source(&app).expect("valid")).expect("json");
+    let built_release = serde_json::to_value(build::helm_release(&app, &input).expect("valid")).expect("json");
+    let script = vec![
+        not_found(HR_PATH),
+        not_found(HELMREPO_PATH),
+        step(Method::PATCH, HELMREPO_PATH, StatusCode::CREATED, built_source.clone()),
+        step(Method::PATCH, HR_PATH, StatusCode::CREATED, built_release.clone()),
+        not_found(OCIREPO_PATH),
+    ];
+    let (result, seen) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    assert_eq!(
+        result.expect("materialized"),
+        Materialized {
+            engine_ref: super::super::HELM_RELEASE.object_ref("wiki", NAMESPACE),
+            source_ref: Some(HELM_REPOSITORY.object_ref("wiki", NAMESPACE)),
+        }
+    );
+    for (patch, body) in [(&seen[2], &built_source), (&seen[3], &built_release)] {
+        assert_eq!(
+            patch.query("fieldManager"),
+            Some("vworkspace-app-controller"),
+            "{}",
+            patch.path
+        );
+        assert_eq!(patch.query("force"), Some("true"), "{}", patch.path);
+        assert_eq!(
+            patch.body.as_ref(),
+            Some(body),
+            "{} applies exactly what build produced",
+            patch.path
+        );
+    }
+}
+
+#[tokio::test]
+async fn materialize_switch_to_oci_prunes_only_our_old_helm_repository() {
+    let app = app(repo_spec("oci://ghcr.io/example/wiki", None));
+    let script = vec![
+        step(Method::GET, HR_PATH, StatusCode::OK, our_release(json!({}))),
+        not_found(OCIREPO_PATH),
+        step(Method::PATCH, OCIREPO_PATH, StatusCode::CREATED, json!({})),
+        step(Method::PATCH, HR_PATH, StatusCode::OK, json!({})),
+        step(
+            Method::GET,
+            HELMREPO_PATH,
+            StatusCode::OK,
+            existing("HelmRepository", "source.toolkit.fluxcd.io/v1", Some(UID), json!({})),
+        ),
+        step(
+            Method::DELETE,
+            HELMREPO_PATH,
+            StatusCode::OK,
+            json!({"kind": "Status", "status": "Success"}),
+        ),
+    ];
+    let input = MaterializeInput::default();
+    let (result, seen) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    assert_eq!(
+        result.expect("materialized").source_ref,
+        Some(OCI_REPOSITORY.object_ref("wiki", NAMESPACE))
+    );
+    let delete = seen.last().expect("delete request");
+    assert_eq!(
+        delete.body.as_ref().and_then(|b| b.get("preconditions")),
+        Some(&json!({"uid": "HelmRepository-uid"})),
+        "the delete is pinned to the object we checked"
+    );
+}
+
+#[tokio::test]
+async fn materialize_leaves_a_foreign_stale_source_alone() {
+    let app = app(ref_spec(SourceKind::GitRepository, "charts", Some("flux-system")));
+    let foreign = existing("HelmRepository", "source.toolkit.fluxcd.io/v1", None, json!({}));
+    let script = vec![
+        not_found(HR_PATH),
+        step(Method::PATCH, HR_PATH, StatusCode::CREATED, json!({})),
+        step(Method::GET, HELMREPO_PATH, StatusCode::OK, foreign),
+        not_found(OCIREPO_PATH),
+    ];
+    let input = MaterializeInput::default();
+    let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    let materialized = result.expect("materialized");
+    assert_eq!(
+        materialized.source_ref,
+        Some(crate::flux::GIT_REPOSITORY.object_ref("charts", "flux-system"))
+    );
+}
+
+#[tokio::test]
+async fn materialize_refuses_someone_elses_release() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let foreign = existing(
+        "HelmRelease",
+        "helm.toolkit.fluxcd.io/v2",
+        Some("another-uid"),
+        json!({}),
+    );
+    let script = vec![step(Method::GET, HR_PATH, StatusCode::OK, foreign)];
+    let input = MaterializeInput::default();
+    let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    let err = result.expect_err("foreign HelmRelease");
+    assert!(err.is_conflict(), "{err}");
+    assert!(!err.is_terminal());
+    assert_eq!(err.reason(), api::conditions::reasons::APPLY_FAILED);
+}
+
+#[tokio::test]
+async fn materialize_waits_for_a_terminating_source() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let terminating = existing(
+        "HelmRepository",
+        "source.toolkit.fluxcd.io/v1",
+        Some(UID),
+        json!({"metadata": {"deletionTimestamp": "2026-08-01T10:00:00Z"}}),
+    );
+    let script = vec![
+        not_found(HR_PATH),
+        step(Method::GET, HELMREPO_PATH, StatusCode::OK, terminating),
+    ];
+    let input = MaterializeInput::default();
+    let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    assert!(matches!(result, Err(EngineError::Conflict(m)) if m.contains("being deleted")));
+}
+
+#[tokio::test]
+async fn materialize_maps_an_unserved_resource_to_not_installed() {
+    let app = app(repo_spec("oci://ghcr.io/example/wiki", None));
+    let script = vec![
+        not_found(HR_PATH),
+        not_found(OCIREPO_PATH),
+        step(
+            Method::PATCH,
+            OCIREPO_PATH,
+            StatusCode::NOT_FOUND,
+            status_body(404, "NotFound", None),
+        ),
+    ];
+    let input = MaterializeInput::default();
+    let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    let err = result.expect_err("not served");
+    assert!(matches!(&err, EngineError::NotInstalled(m) if m.contains("ocirepositories.source.toolkit.fluxcd.io/v1")));
+    assert_eq!(err.reason(), api::conditions::reasons::ENGINE_NOT_INSTALLED);
+}
+
+#[tokio::test]
+async fn materialize_into_a_missing_namespace_is_an_api_error() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let script = vec![
+        not_found(HR_PATH),
+        not_found(HELMREPO_PATH),
+        step(
+            Method::PATCH,
+            HELMREPO_PATH,
+            StatusCode::NOT_FOUND,
+            status_body(404, "NotFound", Some("namespaces")),
+        ),
+    ];
+    let input = MaterializeInput::default();
+    let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    let err = result.expect_err("namespace gone");
+    assert!(err.is_not_found(), "{err}");
+}
+
+#[tokio::test]
+async fn materialize_validates_before_any_request() {
+    let app = app(repo_spec("oci://ghcr.io", None));
+    let input = MaterializeInput::default();
+    let (result, seen) = run(Vec::new(), async |engine| engine.materialize(&app, &input).await).await;
+    assert!(matches!(result, Err(EngineError::InvalidSpec(_))));
+    assert!(seen.is_empty());
+}
+
+#[tokio::test]
+async fn observe_without_release_is_none() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let (result, _) = run(vec![not_found(HR_PATH)], async |engine| engine.observe(&app).await).await;
+    assert_eq!(result.expect("observed"), None);
+}
+
+#[tokio::test]
+async fn observe_reads_release_source_and_tolerates_an_unreadable_chart() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let release = our_release(json!({
+        "spec": {"chart": {"spec": {"chart": "wiki", "sourceRef": {"kind": "HelmRepository", "name": "wiki"}}}},
+        "status": {
+            "observedGeneration": 1,
+            "helmChart": "team-a/team-a-wiki",
+            "conditions": [{"type": "Ready", "status": "False", "reason": "ArtifactFailed", "message": "source not ready", "observedGeneration": 1}],
+        },
+    }));
+    let repository = existing(
+        "HelmRepository",
+        "source.toolkit.fluxcd.io/v1",
+        Some(UID),
+        json!({"status": {"observedGeneration": 1, "conditions": [
+            {"type": "Ready", "status": "False", "reason": "IndexationFailed", "message": "failed to fetch index", "observedGeneration": 1},
+        ]}}),
+    );
+    let script = vec![
+        step(Method::GET, HR_PATH, StatusCode::OK, release),
+        step(Method::GET, HELMREPO_PATH, StatusCode::OK, repository),
+        step(
+            Method::GET,
+            "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmcharts/team-a-wiki",
+            StatusCode::FORBIDDEN,
+            status_body(403, "Forbidden", None),
+        ),
+    ];
+    let (result, _) = run(script, async |engine| engine.observe(&app).await).await;
+    let observation = result.expect("observed").expect("release exists");
+    assert!(observation.observed_generation_current);
+    assert_eq!(
+        observation.condition("Ready").map(|c| c.reason.as_str()),
+        Some("ArtifactFailed")
+    );
+    let source = observation.source.expect("source observed");
+    assert_eq!((source.ready, source.reason.as_str()), (false, "IndexationFailed"));
+}
+
+#[tokio::test]
+async fn observe_propagates_server_errors() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let script = vec![step(
+        Method::GET,
+        HR_PATH,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        status_body(500, "InternalError", None),
+    )];
+    let (result, _) = run(script, async |engine| engine.observe(&app).await).await;
+    let err = result.expect_err("server error");
+    assert_eq!(err.reason(), api::conditions::reasons::APPLY_FAILED);
+    assert!(!err.is_terminal());
+}
+
+#[tokio::test]
+async fn delete_removes_the_release_and_waits_for_uninstall() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let script = vec![
+        step(Method::GET, HR_PATH, StatusCode::OK, our_release(json!({}))),
+        step(Method::DELETE, HR_PATH, StatusCode::OK, our_release(json!({}))),
+    ];
+    let (result, seen) = run(script, async |engine| engine.delete(&app).await).await;
+    assert!(
+        matches!(result, Ok(DeleteProgress::InProgress(m)) if m.contains("waiting for helm-controller to uninstall"))
+    );
+    let body = seen[1].body.as_ref().expect("delete options");
+    assert_eq!(body["propagationPolicy"], json!("Background"));
+    assert_eq!(body["preconditions"], json!({"uid": "HelmRelease-uid"}));
+}
+
+#[tokio::test]
+async fn delete_of_a_terminating_release_only_waits_and_says_why() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let terminating = our_release(json!({
+        "metadata": {"deletionTimestamp": "2026-08-01T10:00:00Z"},
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "UninstallFailed", "message": "hook failed"}]},
+    }));
+    let (result, _) = run(
+        vec![step(Method::GET, HR_PATH, StatusCode::OK, terminating)],
+        async |engine| engine.delete(&app).await,
+    )
+    .await;
+    assert!(matches!(result, Ok(DeleteProgress::InProgress(m)) if m.ends_with("(UninstallFailed: hook failed)")));
+}
+
+#[tokio::test]
+async fn delete_of_a_suspended_release_warns_that_it_stays_installed() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let suspended = our_release(json!({"spec": {"suspend": true}}));
+    let script = vec![
+        step(Method::GET, HR_PATH, StatusCode::OK, suspended.clone()),
+        step(Method::DELETE, HR_PATH, StatusCode::OK, suspended),
+    ];
+    let (result, _) = run(script, async |engine| engine.delete(&app).await).await;
+    assert!(matches!(result, Ok(DeleteProgress::InProgress(m)) if m.contains("without uninstalling")));
+}
+
+#[tokio::test]
+async fn delete_after_the_release_is_gone_removes_our_sources() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let script = vec![
+        not_found(HR_PATH),
+        step(
+            Method::GET,
+            HELMREPO_PATH,
+            StatusCode::OK,
+            existing("HelmRepository", "source.toolkit.fluxcd.io/v1", Some(UID), json!({})),
+        ),
+        // Gone between our GET and DELETE: still fine.
+        step(
+            Method::DELETE,
+            HELMREPO_PATH,
+            StatusCode::NOT_FOUND,
+            status_body(404, "NotFound", None),
+        ),
+        not_found(OCIREPO_PATH),
+    ];
+    let (result, _) = run(script, async |engine| engine.delete(&app).await).await;
+    assert_eq!(result.expect("deleted"), DeleteProgress::Gone);
+}
+
+#[tokio::test]
+async fn delete_never_touches_someone_elses_objects() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let foreign_release = existing(
+        "HelmRelease",
+        "helm.toolkit.fluxcd.io/v2",
+        Some("another-uid"),
+        json!({}),
+    );
+    let foreign_repository = existing("HelmRepository", "source.toolkit.fluxcd.io/v1", None, json!({}));
+    let script = vec![
+        step(Method::GET, HR_PATH, StatusCode::OK, foreign_release),
+        step(Method::GET, HELMREPO_PATH, StatusCode::OK, foreign_repository),
+        not_found(OCIREPO_PATH),
+    ];
+    let (result, _) = run(script, async |engine| engine.delete(&app).await).await;
+    assert_eq!(result.expect("deleted"), DeleteProgress::Gone);
+}
+
+#[tokio::test]
+async fn check_installed_lists_what_is_missing() {
+    let sources = json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "source.toolkit.fluxcd.io/v1",
+        "resources": [
+            {"name": "helmrepositories", "singularName": "helmrepository", "namespaced": true, "kind": "HelmRepository", "verbs": ["get"]},
+            {"name": "helmrepositories/status", "singularName": "", "namespaced": true, "kind": "HelmRepository", "verbs": ["get"]},
+            {"name": "helmcharts", "singularName": "helmchart", "namespaced": true, "kind": "HelmChart", "verbs": ["get"]},
+        ],
+    });
+    let script = vec![
+        step(
+            Method::GET,
+            "/apis/helm.toolkit.fluxcd.io/v2",
+            StatusCode::NOT_FOUND,
+            status_body(404, "NotFound", None),
+        ),
+        step(
+            Method::GET,
+            "/apis/source.toolkit.fluxcd.io/v1",
+            StatusCode::OK,
+            sources,
+        ),
+    ];
+    let (result, _) = run(script, async |engine| engine.check_installed().await).await;
+    let err = result.expect_err("not installed");
+    assert_eq!(err.reason(), api::conditions::reasons::ENGINE_NOT_INSTALLED);
+    assert_eq!(
+        err.to_string(),
+        "Flux is not installed or too old (v2.6 or newer is needed): the cluster does not serve \
+         helmreleases.helm.toolkit.fluxcd.io/v2, ocirepositories.source.toolkit.fluxcd.io/v1"
+    );
+}
+
+#[tokio::test]
+async fn check_installed_ok() {
+    let list = |group_version: &str, names: &[&str]| {
+        let resources: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"name": n, "singularName": "", "namespaced": true, "kind": "X", "verbs": ["get"]}))
+            .collect();
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
+    };
+    let script = vec![
+        step(
+            Method::GET,
+            "/apis/helm.toolkit.fluxcd.io/v2",
+            StatusCode::OK,
+            list("helm.toolkit.fluxcd.io/v2", &["helmreleases", "helmreleases/status"]),
+        ),
+        step(
+            Method::GET,
+            "/apis/source.toolkit.fluxcd.io/v1",
+            StatusCode::OK,
+            list(
+                "source.toolkit.fluxcd.io/v1",
+                &["helmrepositories", "ocirepositories", "helmcharts", "buckets"],
+            ),
+        ),
+    ];
+    let (result, _) = run(script, async |engine| engine.check_installed().await).await;
+    result.expect("installed");
+}
+
+#[tokio::test]
+async fn materialize_adopts_an_orphan_of_ours() {
+    let app = app(ref_spec(SourceKind::HelmChart, "wiki-chart", None));
+    let labels = crate::fixtures::labels_json("helm-release");
+    let orphan = existing(
+        "HelmRelease",
+        "helm.toolkit.fluxcd.io/v2",
+        None,
+        json!({"metadata": {"labels": labels}}),
+    );
+    let script = vec![
+        step(Method::GET, HR_PATH, StatusCode::OK, orphan),
+        step(Method::PATCH, HR_PATH, StatusCode::OK, json!({})),
+        not_found(HELMREPO_PATH),
+        not_found(OCIREPO_PATH),
+    ];
+    let input = MaterializeInput::default();
+    let (result, seen) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    result.expect("materialized");
+    let applied = seen[1].body.as_ref().expect("apply body");
+    assert_eq!(
+        applied["metadata"]["ownerReferences"],
+        owner_json(),
+        "the apply adds our owner reference"
+    );
+}
+
+#[tokio::test]
+async fn delete_does_not_wait_for_someone_elses_terminating_release() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let foreign = existing(
+        "HelmRelease",
+        "helm.toolkit.fluxcd.io/v2",
+        Some("old-uid"),
+        json!({"metadata": {"deletionTimestamp": "2026-08-01T10:00:00Z"}}),
+    );
+    let script = vec![
+        step(Method::GET, HR_PATH, StatusCode::OK, foreign),
+        not_found(HELMREPO_PATH),
+        not_found(OCIREPO_PATH),
+    ];
+    let (result, _) = run(script, async |engine| engine.delete(&app).await).await;
+    assert_eq!(result.expect("deleted"), DeleteProgress::Gone);
+}

@@ -1,0 +1,235 @@
+//! Engine-neutral metadata every object we create carries: labels, the owner
+//! reference to the ApplicationInstance, and the rule that decides whether an
+//! existing object with the name we want is ours to write or delete.
+//!
+//! The rule matters because the engine objects are named after the
+//! ApplicationInstance: a HelmRelease or HelmRepository of that name may
+//! already exist and belong to someone else. Server-side apply with `force`
+//! would silently take it over, so every write and every delete first checks
+//! [`ownership`].
+
+use api::{ApplicationInstance, LABEL_MANAGED_BY, MANAGED_BY};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+use crate::EngineError;
+
+/// `app.kubernetes.io/instance`: the name of the owning ApplicationInstance.
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+/// `app.kubernetes.io/part-of`.
+pub const LABEL_PART_OF: &str = "app.kubernetes.io/part-of";
+/// Value of [`LABEL_PART_OF`].
+pub const PART_OF: &str = "vworkspace";
+/// `app.kubernetes.io/component`: what the object is to the application.
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// [`LABEL_COMPONENT`] of the object the engine reconciles (a Flux HelmRelease).
+pub const COMPONENT_HELM_RELEASE: &str = "helm-release";
+/// [`LABEL_COMPONENT`] of the chart source we manage (a Flux HelmRepository or OCIRepository).
+pub const COMPONENT_CHART_SOURCE: &str = "chart-source";
+
+/// Name and namespace of an ApplicationInstance, checked once.
+///
+/// Objects read from the API server always have both; a hand-built object in a
+/// test or a caller bug may not, and that must be an error rather than a panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppId<'a> {
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// `metadata.namespace`.
+    pub namespace: &'a str,
+}
+
+impl<'a> AppId<'a> {
+    /// Name and namespace of `app`, or `InvalidSpec` if either is missing.
+    pub fn of(app: &'a ApplicationInstance) -> Result<Self, EngineError> {
+        let name = app.metadata.name.as_deref().filter(|n| !n.is_empty());
+        let namespace = app.metadata.namespace.as_deref().filter(|n| !n.is_empty());
+        match (name, namespace) {
+            (Some(name), Some(namespace)) => Ok(Self { name, namespace }),
+            _ => Err(EngineError::InvalidSpec(
+                "the ApplicationInstance has no metadata.name or metadata.namespace".into(),
+            )),
+        }
+    }
+}
+
+/// The labels of an object created for `app_name` with the given component.
+pub fn labels(app_name: &str, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+        (LABEL_INSTANCE.to_owned(), app_name.to_owned()),
+        (LABEL_PART_OF.to_owned(), PART_OF.to_owned()),
+        (LABEL_COMPONENT.to_owned(), component.to_owned()),
+    ])
+}
+
+/// Controller owner reference to `app`, with `blockOwnerDeletion` so a
+/// foreground deletion of the app waits for its engine objects.
+///
+/// The owner reference is a backstop: the reconciler deletes engine objects
+/// explicitly (see [`crate::Engine::delete`]), but if the ApplicationInstance
+/// vanishes without its finalizer running, garbage collection still removes
+/// them, which for a HelmRelease still uninstalls the release.
+pub fn owner_reference(app: &ApplicationInstance) -> Result<OwnerReference, EngineError> {
+    let mut owner = app.controller_owner_ref(&()).ok_or_else(|| {
+        EngineError::InvalidSpec("the ApplicationInstance has no metadata.uid (it was not read from the API)".into())
+    })?;
+    owner.block_owner_deletion = Some(true);
+    Ok(owner)
+}
+
+/// How an existing object relates to the ApplicationInstance that wants its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// Controlled by this ApplicationInstance (same UID): ours to write and delete.
+    Ours,
+    /// Labelled as ours for this instance name but with no controller: left behind by an
+    /// earlier ApplicationInstance deleted with `propagationPolicy: Orphan`. Adopted on
+    /// write (the apply adds our owner reference); never deleted on its own.
+    Orphaned,
+    /// Someone else's object (another controller, a user, or an earlier
+    /// ApplicationInstance of the same name that is still being deleted). Never touched.
+    Foreign,
+}
+
+/// Classifies `meta` with respect to `app` (see [`Ownership`]). Whether the
+/// object is being deleted is a separate question ([`is_terminating`]).
+pub fn ownership(meta: &ObjectMeta, app: &ApplicationInstance) -> Ownership {
+    let controller = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|owner| owner.controller == Some(true));
+    match controller {
+        Some(owner) if app.uid().as_deref() == Some(owner.uid.as_str()) => Ownership::Ours,
+        Some(_) => Ownership::Foreign,
+        None if labelled_for(meta, &app.name_any()) => Ownership::Orphaned,
+        None => Ownership::Foreign,
+    }
+}
+
+/// Whether the object has a deletion timestamp (its finalizers are running).
+pub fn is_terminating(meta: &ObjectMeta) -> bool {
+    meta.deletion_timestamp.is_some()
+}
+
+/// Whether `meta` carries our managed-by label and the instance label of `app_name`.
+fn labelled_for(meta: &ObjectMeta, app_name: &str) -> bool {
+    let labels = meta.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    label(LABEL_MANAGED_BY) == Some(MANAGED_BY) && label(LABEL_INSTANCE) == Some(app_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn app() -> ApplicationInstance {
+        let mut app = ApplicationInstance::new("wiki", Default::default());
+        app.metadata.namespace = Some("team-a".into());
+        app.metadata.uid = Some("uid-1".into());
+        app
+    }
+
+    fn controller(uid: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "vworkspace.io/v1alpha1".into(),
+            kind: "ApplicationInstance".into(),
+            name: "wiki".into(),
+            uid: uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    #[test]
+    fn ownership_table() {
+        let ours_labels = Some(labels("wiki", COMPONENT_HELM_RELEASE));
+        let cases = [
+            ("no owner, no labels", ObjectMeta::default(), Ownership::Foreign),
+            (
+                "our controller",
+                ObjectMeta {
+                    owner_references: Some(vec![controller("uid-1")]),
+                    ..Default::default()
+                },
+                Ownership::Ours,
+            ),
+            (
+                "another controller even with our labels",
+                ObjectMeta {
+                    owner_references: Some(vec![controller("uid-old")]),
+                    labels: ours_labels.clone(),
+                    ..Default::default()
+                },
+                Ownership::Foreign,
+            ),
+            (
+                "non-controller owner with our uid",
+                ObjectMeta {
+                    owner_references: Some(vec![OwnerReference {
+                        controller: None,
+                        ..controller("uid-1")
+                    }]),
+                    ..Default::default()
+                },
+                Ownership::Foreign,
+            ),
+            (
+                "our labels, no owner",
+                ObjectMeta {
+                    labels: ours_labels.clone(),
+                    ..Default::default()
+                },
+                Ownership::Orphaned,
+            ),
+            (
+                "labels of another instance",
+                ObjectMeta {
+                    labels: Some(labels("other", COMPONENT_HELM_RELEASE)),
+                    ..Default::default()
+                },
+                Ownership::Foreign,
+            ),
+        ];
+        for (name, meta, want) in cases {
+            assert_eq!(ownership(&meta, &app()), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn terminating_is_independent_of_ownership() {
+        let meta = ObjectMeta {
+            owner_references: Some(vec![controller("uid-1")]),
+            deletion_timestamp: Some(Time(Default::default())),
+            ..Default::default()
+        };
+        assert_eq!(ownership(&meta, &app()), Ownership::Ours);
+        assert!(is_terminating(&meta));
+        assert!(!is_terminating(&ObjectMeta::default()));
+    }
+
+    #[test]
+    fn owner_reference_is_controller_and_blocks_deletion() {
+        assert_eq!(owner_reference(&app()).unwrap(), controller("uid-1"));
+        let mut no_uid = app();
+        no_uid.metadata.uid = None;
+        assert!(matches!(owner_reference(&no_uid), Err(EngineError::InvalidSpec(_))));
+    }
+
+    #[test]
+    fn app_id_requires_name_and_namespace() {
+        assert_eq!(
+            AppId::of(&app()).unwrap(),
+            AppId {
+                name: "wiki",
+                namespace: "team-a"
+            }
+        );
+        let mut no_ns = app();
+        no_ns.metadata.namespace = None;
+        assert!(matches!(AppId::of(&no_ns), Err(EngineError::InvalidSpec(_))));
+    }
+}
