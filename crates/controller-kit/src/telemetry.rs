@@ -101,7 +101,10 @@ pub fn init(service_name: &str, args: &CommonArgs) -> Result<TelemetryGuard, Tel
     })?;
 
     let fmt_layer: Box<dyn Layer<Registry> + Send + Sync> = match args.log_format {
-        LogFormat::Text => tracing_subscriber::fmt::layer().boxed(),
+        // Colour only for a terminal: log files and collectors get plain text.
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)

@@ -22,6 +22,12 @@ use super::{FluxKind, HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, build, obse
 use crate::meta::{AppId, Ownership, is_terminating, ownership};
 use crate::{DeleteProgress, Engine, EngineError, MaterializeInput, Materialized, Observation};
 
+/// Annotation recording a hash of the desired state we last applied. Together with a
+/// check that the live object still holds every field we set, it lets a reconcile at
+/// rest skip the apply entirely (the hash alone would miss manual edits; the subset
+/// check alone would miss fields we stopped setting, which the apply must remove).
+pub const ANNOTATION_DESIRED_HASH: &str = "vworkspace.io/desired-hash";
+
 /// The field manager of the ApplicationInstance controller's writes.
 pub const FIELD_MANAGER: &str = "vworkspace-app-controller";
 
@@ -94,13 +100,14 @@ impl FluxEngine {
             source_ref: Some(build::source_reference(app)?),
         };
 
-        self.ensure_writable(HELM_RELEASE, app, id).await?;
+        let existing_release = self.ensure_writable(HELM_RELEASE, app, id).await?;
         if let Some(source) = &source {
             let kind = managed_kind(source);
-            self.ensure_writable(kind, app, id).await?;
-            self.apply(kind, id, source).await?;
+            let existing = self.ensure_writable(kind, app, id).await?;
+            self.apply(kind, id, source, existing.as_ref()).await?;
         }
-        self.apply(HELM_RELEASE, id, &release).await?;
+        self.apply(HELM_RELEASE, id, &release, existing_release.as_ref())
+            .await?;
         // Only after the release points at the new source.
         for kind in stale {
             self.delete_if_ours(kind, app, id).await?;
@@ -158,15 +165,16 @@ impl FluxEngine {
         }))
     }
 
-    /// Refuses to write a name that belongs to someone else or is being deleted.
+    /// Refuses to write a name that belongs to someone else or is being deleted;
+    /// returns the live object, if any, so an unchanged one is not written again.
     async fn ensure_writable(
         &self,
         kind: FluxKind,
         app: &ApplicationInstance,
         id: AppId<'_>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Option<DynamicObject>, EngineError> {
         let Some(existing) = self.api(kind, id.namespace).get_opt(id.name).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let name = format!("{} {}/{}", kind.kind, id.namespace, id.name);
         if is_terminating(&existing.metadata) {
@@ -175,14 +183,37 @@ impl FluxEngine {
             )));
         }
         match ownership(&existing.metadata, app) {
-            Ownership::Ours | Ownership::Orphaned => Ok(()),
+            Ownership::Ours | Ownership::Orphaned => Ok(Some(existing)),
             Ownership::Foreign => Err(EngineError::Conflict(format!(
                 "{name} already exists and is not managed by this ApplicationInstance; rename one of them"
             ))),
         }
     }
 
-    async fn apply(&self, kind: FluxKind, id: AppId<'_>, object: &DynamicObject) -> Result<(), EngineError> {
+    /// Server-side applies `object`, unless the live object already carries exactly
+    /// this desired state: no write at rest.
+    async fn apply(
+        &self,
+        kind: FluxKind,
+        id: AppId<'_>,
+        object: &DynamicObject,
+        live: Option<&DynamicObject>,
+    ) -> Result<(), EngineError> {
+        let mut object = object.clone();
+        let hash = desired_hash(&object);
+        if live.is_some_and(|live| is_up_to_date(live, &object, &hash)) {
+            debug!(
+                kind = kind.kind,
+                namespace = id.namespace,
+                name = id.name,
+                "up to date, not applying"
+            );
+            return Ok(());
+        }
+        object
+            .annotations_mut()
+            .insert(ANNOTATION_DESIRED_HASH.to_owned(), hash);
+        let object = &object;
         debug!(kind = kind.kind, namespace = id.namespace, name = id.name, "applying");
         let params = PatchParams::apply(&self.field_manager).force();
         match self
@@ -311,3 +342,99 @@ fn uninstall_failure(release: &DynamicObject) -> Option<String> {
 
 #[cfg(test)]
 mod tests;
+
+/// A stable digest of the desired object (FNV-1a over its canonical JSON: serde_json
+/// maps are ordered, so equal objects serialize equally).
+fn desired_hash(object: &DynamicObject) -> String {
+    let json = serde_json::to_vec(object).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in json {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// The live object was last applied from this exact desired state and nobody has
+/// since changed a field we own.
+fn is_up_to_date(live: &DynamicObject, desired: &DynamicObject, hash: &str) -> bool {
+    let annotations = live.metadata.annotations.as_ref();
+    let same_hash = annotations
+        .and_then(|a| a.get(ANNOTATION_DESIRED_HASH))
+        .is_some_and(|h| h == hash);
+    let owners_match = live.metadata.owner_references == desired.metadata.owner_references;
+    let labels = serde_json::to_value(&desired.metadata.labels).unwrap_or_default();
+    let live_labels = serde_json::to_value(&live.metadata.labels).unwrap_or_default();
+    let desired_annotations = serde_json::to_value(&desired.metadata.annotations).unwrap_or_default();
+    let live_annotations = serde_json::to_value(&live.metadata.annotations).unwrap_or_default();
+    same_hash
+        && owners_match
+        && is_subset(&labels, &live_labels)
+        && is_subset(&desired_annotations, &live_annotations)
+        && is_subset(&desired.data, &live.data)
+}
+
+/// `desired` is contained in `live`: objects recursively (the server may add defaults),
+/// everything else (arrays, scalars) equal.
+fn is_subset(desired: &serde_json::Value, live: &serde_json::Value) -> bool {
+    match (desired, live) {
+        (serde_json::Value::Object(d), serde_json::Value::Object(l)) => d
+            .iter()
+            .all(|(k, v)| l.get(k).is_some_and(|lv| is_subset(v, lv)) || v.is_null()),
+        (serde_json::Value::Null, _) => true,
+        (d, l) => d == l,
+    }
+}
+
+#[cfg(test)]
+mod up_to_date_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(data: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": "app", "namespace": "ns", "labels": {"a": "b"}},
+            "spec": data
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn unchanged_object_with_server_defaults_is_up_to_date() {
+        let desired = object(json!({"interval": "10m", "values": {"x": 1}}));
+        let hash = desired_hash(&desired);
+        let mut live = object(json!({"interval": "10m", "values": {"x": 1}, "timeout": "5m"}));
+        live.annotations_mut()
+            .insert(ANNOTATION_DESIRED_HASH.into(), hash.clone());
+        assert!(is_up_to_date(&live, &desired, &hash));
+    }
+
+    #[test]
+    fn manual_edit_or_changed_desired_state_is_not_up_to_date() {
+        let desired = object(json!({"interval": "10m", "values": {"x": 1}}));
+        let hash = desired_hash(&desired);
+        let mut edited = object(json!({"interval": "10m", "values": {"x": 2}}));
+        edited
+            .annotations_mut()
+            .insert(ANNOTATION_DESIRED_HASH.into(), hash.clone());
+        assert!(
+            !is_up_to_date(&edited, &desired, &hash),
+            "a manual edit of a field we own is repaired"
+        );
+
+        // We stopped setting values.y: the hash differs, so the apply runs and removes it.
+        let shrunk = object(json!({"interval": "10m", "values": {"x": 1}}));
+        let mut live = object(json!({"interval": "10m", "values": {"x": 1, "y": 2}}));
+        live.annotations_mut()
+            .insert(ANNOTATION_DESIRED_HASH.into(), "0000".into());
+        assert!(!is_up_to_date(&live, &shrunk, &desired_hash(&shrunk)));
+    }
+
+    #[test]
+    fn hash_is_stable_and_content_sensitive() {
+        let a = object(json!({"interval": "10m"}));
+        assert_eq!(desired_hash(&a), desired_hash(&a.clone()));
+        assert_ne!(desired_hash(&a), desired_hash(&object(json!({"interval": "11m"}))));
+    }
+}

@@ -197,12 +197,21 @@ async fn materialize_http_applies_source_then_release_with_our_field_manager() {
             patch.path
         );
         assert_eq!(patch.query("force"), Some("true"), "{}", patch.path);
-        assert_eq!(
-            patch.body.as_ref(),
-            Some(body),
-            "{} applies exactly what build produced",
+        // What build produced, plus the desired-state hash that lets later reconciles skip it.
+        let mut sent = patch.body.clone().expect("apply body");
+        let annotations = sent["metadata"]["annotations"].as_object_mut().expect("annotations");
+        assert!(
+            annotations.remove(super::ANNOTATION_DESIRED_HASH).is_some(),
+            "{}",
             patch.path
         );
+        if annotations.is_empty() {
+            sent["metadata"]
+                .as_object_mut()
+                .expect("metadata")
+                .remove("annotations");
+        }
+        assert_eq!(&sent, body, "{} applies exactly what build produced", patch.path);
     }
 }
 
