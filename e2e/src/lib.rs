@@ -24,6 +24,7 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
+pub mod apps;
 pub mod flux;
 pub mod process;
 
@@ -155,6 +156,11 @@ impl TestContext {
                     e.message.as_deref().unwrap_or("-")
                 ));
             }
+        }
+        let own = cluster_dir().join(format!("logs/app-controller-{}.log", self.namespace));
+        if own.exists() {
+            out.push_str("--- tail of this test's app-controller log ---\n");
+            out.push_str(&log_tail(&own, 30, None));
         }
         for log in ["helm-controller", "source-controller"] {
             out.push_str(&format!(

@@ -1,0 +1,152 @@
+//! Wiring: watches and the kube-runtime Controller.
+//!
+//! - ApplicationInstances: guarded against malformed objects, `managedFields` stripped,
+//!   filtered by generation (+ finalizers) so our own status writes do not re-trigger.
+//! - Owned HelmReleases / HelmRepositories / OCIRepositories (metadata watches through
+//!   owner references): engine status changes wake the owner at once.
+//! - Secrets and ConfigMaps, metadata only: a change wakes every ApplicationInstance
+//!   referencing it (no polling, and no secret data in memory).
+
+use std::sync::{Arc, Mutex};
+
+use api::{ApplicationInstance, ValuesSourceKind};
+use controller_kit::{CancellationToken, Readiness, WatchScope};
+use futures::StreamExt;
+use helmengine::flux::{HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DynamicObject, PartialObjectMeta},
+    core::DeserializeGuard,
+    runtime::{
+        Controller, Predicate as _, WatchStreamExt,
+        controller::Config,
+        predicates,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tracing::{debug, info, warn};
+
+use crate::{
+    reconciler::{self, Context},
+    references,
+};
+
+/// Everything the controller needs besides the client.
+pub struct Settings {
+    pub scope: WatchScope,
+    pub concurrency: u16,
+}
+
+/// Runs the ApplicationInstance controller until `shutdown` is cancelled.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    make_context: impl FnOnce(Store<DeserializeGuard<ApplicationInstance>>) -> Context,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) {
+    let scope = &settings.scope;
+    let apps: Api<DeserializeGuard<ApplicationInstance>> = scope.api(client.clone());
+    let (reader, writer) = reflector::store();
+    let app_stream = watcher(apps, watcher::Config::default())
+        .default_backoff()
+        .modify(|app| app.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation.combine(predicates::finalizers),
+            Default::default(),
+        );
+
+    let owned = |kind: helmengine::flux::FluxKind| {
+        let ar = kind.api_resource();
+        let api: Api<DynamicObject> = match scope.watch_namespace() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        (api, ar)
+    };
+    let (hr_api, hr_ar) = owned(HELM_RELEASE);
+    let (repo_api, repo_ar) = owned(HELM_REPOSITORY);
+    let (oci_api, oci_ar) = owned(OCI_REPOSITORY);
+
+    // Api<PartialObjectMeta<_>> makes metadata-only requests: secret data is never fetched.
+    let secrets: Api<PartialObjectMeta<Secret>> = scope.api(client.clone());
+    let config_maps: Api<PartialObjectMeta<ConfigMap>> = scope.api(client.clone());
+    let secret_stream = watcher(secrets, watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
+    let cm_stream = watcher(config_maps, watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
+
+    let ready_reader = reader.clone();
+    tokio::spawn(async move {
+        // The store's readiness signal wakes only its most recent waiter (the Controller's
+        // runner also waits on it), so poll with a timeout instead of awaiting once.
+        loop {
+            match tokio::time::timeout(std::time::Duration::from_millis(500), ready_reader.wait_until_ready()).await {
+                Ok(Ok(())) => break,
+                Ok(Err(_)) => return,
+                Err(_) => continue,
+            }
+        }
+        info!("ApplicationInstance cache synced");
+        readiness.set_ready();
+    });
+
+    let ctx = Arc::new(make_context(reader.clone()));
+    let secret_reader = reader.clone();
+    let cm_reader = reader.clone();
+    Controller::for_stream(app_stream, reader)
+        .owns_with(hr_api, hr_ar, watcher::Config::default())
+        .owns_with(repo_api, repo_ar, watcher::Config::default())
+        .owns_with(oci_api, oci_ar, watcher::Config::default())
+        .watches_stream(secret_stream, move |meta: PartialObjectMeta<Secret>| {
+            referencing(&secret_reader, &meta, ValuesSourceKind::Secret)
+        })
+        .watches_stream(cm_stream, move |meta: PartialObjectMeta<ConfigMap>| {
+            referencing(&cm_reader, &meta, ValuesSourceKind::ConfigMap)
+        })
+        .with_config(Config::default().concurrency(settings.concurrency))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconciler::reconcile, reconciler::error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, action)) => debug!(%object, ?action, "reconciled"),
+                // Watch errors (e.g. Flux CRDs missing) are retried with backoff by the watchers.
+                Err(e) => warn!(error = %e, "controller event"),
+            }
+        })
+        .await;
+    info!("controller stopped");
+}
+
+/// ApplicationInstances (same namespace) that reference the Secret/ConfigMap `meta`.
+fn referencing<K: Resource>(
+    store: &Store<DeserializeGuard<ApplicationInstance>>,
+    meta: &PartialObjectMeta<K>,
+    kind: ValuesSourceKind,
+) -> Vec<ObjectRef<DeserializeGuard<ApplicationInstance>>> {
+    let name = meta.name_any();
+    let namespace = meta.namespace();
+    store
+        .state()
+        .into_iter()
+        .filter(|guard| guard.namespace() == namespace)
+        .filter(|guard| {
+            guard
+                .0
+                .as_ref()
+                .is_ok_and(|app| references::references_object(app, kind, &name))
+        })
+        .map(|guard| ObjectRef::from_obj(&*guard))
+        .collect()
+}
+
+/// A fresh failure map for [`Context`].
+pub fn failures() -> Mutex<std::collections::HashMap<ObjectRef<DeserializeGuard<ApplicationInstance>>, u32>> {
+    Mutex::new(std::collections::HashMap::new())
+}

@@ -1,0 +1,106 @@
+//! `app-controller`: reconciles ApplicationInstances into Helm releases.
+
+use std::{collections::HashMap, sync::Arc};
+
+use anyhow::Context as _;
+use api::EngineKind;
+use app_controller::{
+    controller::{self, Settings},
+    reconciler::{CONTROLLER, Context, Engines, FIELD_MANAGER},
+};
+use clap::Parser;
+use controller_kit::{
+    CancellationToken, CommonArgs, LeaderElection, Metrics, Readiness, WriteVerb, admin, shutdown, telemetry,
+};
+use helmengine::{Engine, flux::FluxEngine};
+use kube::{
+    Client,
+    runtime::events::{Recorder, Reporter},
+};
+
+const NAME: &str = "vworkspace-app-controller";
+
+#[derive(Parser)]
+#[command(
+    name = "app-controller",
+    version,
+    about = "Reconciles ApplicationInstances into Helm releases (Flux)."
+)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Engine for ApplicationInstances that do not name one.
+    #[arg(long, env = "VWS_DEFAULT_ENGINE", default_value = "flux", value_parser = parse_engine)]
+    default_engine: EngineKind,
+}
+
+fn parse_engine(s: &str) -> Result<EngineKind, String> {
+    match s {
+        "flux" => Ok(EngineKind::Flux),
+        "argocd" => Ok(EngineKind::Argocd),
+        other => Err(format!("unknown engine {other:?} (flux, argocd)")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    cli.common.validate()?;
+    let _telemetry = telemetry::init(NAME, &cli.common)?;
+    let shutdown = shutdown::cancel_on_signal(CancellationToken::new());
+
+    let metrics = Metrics::new("vworkspace");
+    let readiness = Readiness::new();
+    let (admin_addr, admin) = admin::spawn(
+        cli.common.admin_addr,
+        metrics.clone(),
+        readiness.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    tracing::info!(%admin_addr, "admin server listening");
+
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let scope = cli.common.watch_scope()?;
+    let mut election = LeaderElection::start(client.clone(), &cli.common, NAME, &metrics, &shutdown)?;
+    let gate = election.gate();
+    let controller_metrics = metrics.controller(CONTROLLER);
+    controller_metrics.declare_write(WriteVerb::Apply, "ApplicationInstance");
+
+    let flux: Arc<dyn Engine> = Arc::new(FluxEngine::new(client.clone(), FIELD_MANAGER));
+    let engines = Engines {
+        default: cli.default_engine,
+        available: HashMap::from([(EngineKind::Flux, flux)]),
+    };
+    let reporter = Reporter {
+        controller: NAME.into(),
+        instance: Some(cli.common.identity.clone()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let settings = Settings {
+        scope: scope.clone(),
+        concurrency: cli.common.concurrency,
+    };
+    let ctx_client = client.clone();
+    let make_context = move |store| Context {
+        client: ctx_client,
+        engines,
+        scope,
+        gate,
+        metrics: controller_metrics,
+        recorder,
+        store,
+        failures: controller::failures(),
+    };
+
+    tokio::select! {
+        () = controller::run(client, settings, make_context, readiness, shutdown.clone()) => {}
+        res = election.wait() => res?,
+    }
+    shutdown.cancel();
+    election.wait().await?;
+    admin.await??;
+    Ok(())
+}

@@ -1,0 +1,408 @@
+//! The ApplicationInstance reconciler: thin IO around the pure pieces
+//! ([`crate::status`], [`crate::references`], the engine's builders).
+//!
+//! Pipeline per reconcile: guard (malformed object, leadership, namespace policy) →
+//! finalizer → validate references → engine.materialize → engine.observe →
+//! status (written only when it changed) → events on Ready transitions.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use api::{ApplicationInstance, EngineKind, conditions::reasons};
+use controller_kit::{ControllerMetrics, LeaderGate, WatchScope, WriteVerb};
+use helmengine::{DeleteProgress, Engine, EngineError, MaterializeInput};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    core::DeserializeGuard,
+    runtime::{
+        controller::Action,
+        events::{Event, EventType, Recorder},
+        finalizer::{self, finalizer},
+        reflector::{ObjectRef, Store},
+    },
+};
+use tracing::{debug, info, instrument, warn};
+
+use crate::{
+    references,
+    status::{self, Assessment},
+};
+
+/// Finalizer that makes deletion uninstall the release first.
+pub const FINALIZER: &str = "vworkspace.io/app-controller";
+/// Field manager of our status writes (and, through the engine, of the engine objects).
+pub const FIELD_MANAGER: &str = helmengine::flux::FIELD_MANAGER;
+/// Controller name in metrics and events.
+pub const CONTROLLER: &str = "applicationinstance";
+
+/// Re-check a healthy application this often (reads only; writes happen on change).
+const RESYNC: Duration = Duration::from_secs(600);
+/// Re-check soon when waiting on something we do not watch (a missing dependency, Flux CRDs).
+const RECHECK: Duration = Duration::from_secs(30);
+/// Poll while an uninstall is in progress (the HelmRelease watch usually wakes us first).
+const UNINSTALL_POLL: Duration = Duration::from_secs(2);
+
+/// Errors of one reconcile; all are retried with exponential backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+    #[error("waiting for the release to be uninstalled: {0}")]
+    Uninstalling(String),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+}
+
+impl Error {
+    /// Stable label for the failures metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Engine(e) => e.reason(),
+            Error::Uninstalling(_) => "uninstalling",
+            Error::Finalizer(_) => "finalizer",
+        }
+    }
+}
+
+/// The engines this controller can drive, and which one is the cluster default.
+#[derive(Clone)]
+pub struct Engines {
+    pub default: EngineKind,
+    pub available: HashMap<EngineKind, Arc<dyn Engine>>,
+}
+
+impl Engines {
+    /// The engine `app` asks for (or the default), if this controller has it.
+    fn for_app(&self, app: &ApplicationInstance) -> (EngineKind, Option<Arc<dyn Engine>>) {
+        let kind = app.spec.engine.unwrap_or(self.default);
+        (kind, self.available.get(&kind).cloned())
+    }
+}
+
+/// Shared state of the reconciler.
+pub struct Context {
+    pub client: Client,
+    pub engines: Engines,
+    pub scope: WatchScope,
+    pub gate: LeaderGate,
+    pub metrics: ControllerMetrics,
+    pub recorder: Recorder,
+    pub store: Store<DeserializeGuard<ApplicationInstance>>,
+    /// Consecutive failures per object, for exponential requeue.
+    pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<ApplicationInstance>>, u32>>,
+}
+
+/// Reconciles one ApplicationInstance (guarded against malformed objects).
+#[instrument(skip_all, fields(namespace = guard.namespace().unwrap_or_default(), name = guard.name_any()))]
+pub async fn reconcile(guard: Arc<DeserializeGuard<ApplicationInstance>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile_timer();
+    let app = match &guard.0 {
+        Ok(app) => app.clone(),
+        Err(invalid) => {
+            // The API server validated it, so this is a version skew or a bug: say so once and wait.
+            warn!(error = %invalid.error, "ApplicationInstance does not match this controller's schema; skipping");
+            return Ok(Action::await_change());
+        }
+    };
+    if !ctx.gate.is_leader() {
+        // Followers keep caches warm but never write.
+        return Ok(Action::requeue(RECHECK));
+    }
+    let namespace = app.namespace().unwrap_or_default();
+    let api: Api<ApplicationInstance> = Api::namespaced(ctx.client.clone(), &namespace);
+
+    if !ctx.scope.allows(&namespace) {
+        return refuse_namespace(&api, app, &ctx).await;
+    }
+
+    let result = finalizer(&api, FINALIZER, Arc::new(app), |event| async {
+        match event {
+            finalizer::Event::Apply(app) => apply(&api, app, &ctx).await,
+            finalizer::Event::Cleanup(app) => cleanup(&api, app, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer(other.to_string()),
+    });
+    if result.is_ok() {
+        ctx.failures
+            .lock()
+            .map(|mut f| f.remove(&ObjectRef::from_obj(&*guard)))
+            .ok();
+    }
+    result
+}
+
+/// Exponential requeue per object (1s, 2s, 4s … 5 min); uninstall waits poll quickly.
+pub fn error_policy(guard: Arc<DeserializeGuard<ApplicationInstance>>, error: &Error, ctx: Arc<Context>) -> Action {
+    if let Error::Uninstalling(what) = error {
+        debug!(%what, "uninstall in progress");
+        return Action::requeue(UNINSTALL_POLL);
+    }
+    ctx.metrics.reconcile_failure(error.metric_label());
+    let attempts = ctx
+        .failures
+        .lock()
+        .map(|mut f| {
+            let n = f.entry(ObjectRef::from_obj(&*guard)).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        })
+        .unwrap_or(1);
+    let delay = Duration::from_secs(1u64 << attempts.min(9)).min(Duration::from_secs(300));
+    warn!(error = %error, attempts, ?delay, "reconcile failed; retrying");
+    Action::requeue(delay)
+}
+
+async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ctx: &Context) -> Result<Action, Error> {
+    let namespace = app.namespace().unwrap_or_default();
+    let (kind, engine) = ctx.engines.for_app(&app);
+    let Some(engine) = engine else {
+        let message = format!("engine {:?} is not available in this controller", kind.as_str());
+        return fail(api, &app, ctx, reasons::ENGINE_UNAVAILABLE, message, true, None).await;
+    };
+
+    let target = app.spec.target_namespace_or(&namespace);
+    if !ctx.scope.allows(target) {
+        let message = format!("target namespace {target} is not allowed ({})", ctx.scope.policy());
+        return fail(api, &app, ctx, reasons::NAMESPACE_NOT_ALLOWED, message, true, None).await;
+    }
+
+    if let Some(missing) = missing_dependency(&app, &ctx.store) {
+        let message = format!("dependsOn names ApplicationInstance {missing}, which does not exist");
+        return fail(
+            api,
+            &app,
+            ctx,
+            reasons::DEPENDENCY_NOT_FOUND,
+            message,
+            false,
+            Some(RECHECK),
+        )
+        .await;
+    }
+
+    if let Err(e) = engine.check_installed().await {
+        if matches!(e, EngineError::NotInstalled(_)) {
+            return fail(
+                api,
+                &app,
+                ctx,
+                reasons::ENGINE_NOT_INSTALLED,
+                e.to_string(),
+                false,
+                Some(RECHECK),
+            )
+            .await;
+        }
+        return Err(e.into());
+    }
+
+    let resolved = references::resolve(&ctx.client, &namespace, &references::references(&app)).await?;
+    if !resolved.missing.is_empty() {
+        let message = format!("referenced objects not found: {}", resolved.missing.join(", "));
+        // The Secret/ConfigMap watch wakes us when they appear.
+        return fail(
+            api,
+            &app,
+            ctx,
+            reasons::REFERENCED_OBJECT_NOT_FOUND,
+            message,
+            false,
+            Some(RESYNC),
+        )
+        .await;
+    }
+
+    let input = MaterializeInput {
+        values_revision: resolved.token,
+    };
+    let materialized = match engine.materialize(&app, &input).await {
+        Ok(m) => m,
+        Err(e) if e.is_terminal() => {
+            return fail(api, &app, ctx, e.reason(), e.to_string(), true, None).await;
+        }
+        Err(e) => {
+            let _ = fail(api, &app, ctx, e.reason(), e.to_string(), false, None).await;
+            return Err(e.into());
+        }
+    };
+    let observation = engine.observe(&app).await?;
+    let assessment = Assessment::Materialized {
+        engine: kind,
+        materialized: &materialized,
+        observation: observation.as_ref(),
+    };
+    write_status(api, &app, ctx, &assessment).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+async fn cleanup(
+    api: &Api<ApplicationInstance>,
+    app: Arc<ApplicationInstance>,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let namespace = app.namespace().unwrap_or_default();
+    let (_, engine) = ctx.engines.for_app(&app);
+    let target = app.spec.target_namespace_or(&namespace);
+    let Some(engine) = engine.filter(|_| ctx.scope.allows(target)) else {
+        // Nothing of ours can exist: we never materialise for an unavailable engine or a
+        // disallowed target namespace. Let the deletion through.
+        return Ok(Action::await_change());
+    };
+    match engine.delete(&app).await? {
+        DeleteProgress::Gone => {
+            info!("release uninstalled; removing finalizer");
+            Ok(Action::await_change())
+        }
+        DeleteProgress::InProgress(message) => {
+            write_status(
+                api,
+                &app,
+                ctx,
+                &Assessment::Uninstalling {
+                    message: message.clone(),
+                },
+            )
+            .await?;
+            // An error keeps the finalizer in place; error_policy polls quickly.
+            Err(Error::Uninstalling(message))
+        }
+    }
+}
+
+/// An ApplicationInstance in a namespace we may not manage: say so, never materialise,
+/// and never hold up its deletion.
+async fn refuse_namespace(
+    api: &Api<ApplicationInstance>,
+    app: ApplicationInstance,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    if app.meta().deletion_timestamp.is_some() {
+        if app.finalizers().iter().any(|f| f == FINALIZER) {
+            let finalizers: Vec<&String> = app.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+            let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+            ctx.metrics.api_write(WriteVerb::Patch, "ApplicationInstance");
+            api.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        return Ok(Action::await_change());
+    }
+    let message = format!(
+        "namespace {} is not allowed ({})",
+        app.namespace().unwrap_or_default(),
+        ctx.scope.policy()
+    );
+    fail(api, &app, ctx, reasons::NAMESPACE_NOT_ALLOWED, message, true, None).await
+}
+
+fn missing_dependency(
+    app: &ApplicationInstance,
+    store: &Store<DeserializeGuard<ApplicationInstance>>,
+) -> Option<String> {
+    let own_ns = app.namespace().unwrap_or_default();
+    app.spec.depends_on.iter().find_map(|dep| {
+        let ns = dep.namespace.clone().unwrap_or_else(|| own_ns.clone());
+        let key = ObjectRef::new(&dep.name).within(&ns);
+        store.get(&key).is_none().then(|| format!("{ns}/{}", dep.name))
+    })
+}
+
+/// Records one of our own failures as status; `requeue` None means wait for a change.
+async fn fail(
+    api: &Api<ApplicationInstance>,
+    app: &ApplicationInstance,
+    ctx: &Context,
+    reason: &'static str,
+    message: String,
+    stalled: bool,
+    requeue: Option<Duration>,
+) -> Result<Action, Error> {
+    write_status(
+        api,
+        app,
+        ctx,
+        &Assessment::Failed {
+            reason,
+            message,
+            stalled,
+        },
+    )
+    .await?;
+    Ok(requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
+}
+
+/// Computes the next status and writes it only if it changed; publishes an event when
+/// Ready changes status or reason.
+async fn write_status(
+    api: &Api<ApplicationInstance>,
+    app: &ApplicationInstance,
+    ctx: &Context,
+    assessment: &Assessment<'_>,
+) -> Result<(), Error> {
+    let now = Time(jiff::Timestamp::now());
+    let next = status::next_status(app, assessment, &now);
+    if !status::needs_write(app, &next) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": "vworkspace.io/v1alpha1",
+        "kind": "ApplicationInstance",
+        "status": next,
+    });
+    ctx.metrics.api_write(WriteVerb::Apply, "ApplicationInstance");
+    api.patch_status(
+        &app.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+
+    let before = status::ready(app.status.as_ref());
+    let after = status::ready(Some(&next));
+    let changed = match (before, after) {
+        (Some(b), Some(a)) => b.status != a.status || b.reason != a.reason,
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    if let (true, Some(ready)) = (changed, after) {
+        publish(app, ctx, ready).await;
+    }
+    Ok(())
+}
+
+async fn publish(
+    app: &ApplicationInstance,
+    ctx: &Context,
+    ready: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+) {
+    let type_ = if ready.status == "False" {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    let mut note = format!("Ready={}: {}", ready.status, ready.message);
+    note.truncate(1000);
+    let event = Event {
+        type_,
+        reason: ready.reason.clone(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    ctx.metrics.api_write(WriteVerb::Create, "Event");
+    if let Err(e) = ctx.recorder.publish(&event, &app.object_ref(&())).await {
+        // Events are best effort; a failure must not fail the reconcile.
+        debug!(error = %e, "publishing event failed");
+    }
+}

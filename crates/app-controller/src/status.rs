@@ -1,0 +1,229 @@
+//! Pure status computation: from what the reconciler found (our own failure, or
+//! what the engine reports) to the next `ApplicationInstanceStatus`.
+//!
+//! Rules (docs/api/conditions.md):
+//! - engine conditions are relayed with status, reason and message verbatim, but only
+//!   once the engine has observed the latest desired state; until then `Ready=Unknown`
+//!   and `Reconciling=True` with our reason `AwaitingEngine`;
+//! - `lastTransitionTime` moves only when a condition's status changes;
+//! - `observedGeneration` is set on the status and on every condition we write;
+//! - the result is deterministic for a given input, so an unchanged world yields an
+//!   identical status and the caller skips the write.
+
+use api::{
+    ApplicationInstance, ApplicationInstanceStatus, EngineKind,
+    conditions::{reasons, types},
+};
+use helmengine::{Materialized, Observation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Longest message we put in a condition (the API allows 32768).
+const MAX_MESSAGE: usize = 4096;
+
+/// What one reconcile found out.
+#[derive(Debug, Clone)]
+pub enum Assessment<'a> {
+    /// Our own failure, before or while materialising.
+    Failed {
+        /// One of `api::conditions::reasons`.
+        reason: &'static str,
+        /// Human-readable; never contains secret material.
+        message: String,
+        /// No progress without a spec (or cluster) change.
+        stalled: bool,
+    },
+    /// The engine objects are written; the engine's view (if it has one yet) follows.
+    Materialized {
+        engine: EngineKind,
+        materialized: &'a Materialized,
+        observation: Option<&'a Observation>,
+    },
+    /// Deletion in progress: the engine is uninstalling the release.
+    Uninstalling { message: String },
+}
+
+/// The next status of `app` given `assessment`, at time `now`.
+pub fn next_status(app: &ApplicationInstance, assessment: &Assessment<'_>, now: &Time) -> ApplicationInstanceStatus {
+    let generation = app.metadata.generation;
+    let mut status = app.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let mut conds = Conditions {
+        list: &mut status.conditions,
+        generation,
+        now,
+    };
+
+    match assessment {
+        Assessment::Failed {
+            reason,
+            message,
+            stalled,
+        } => {
+            conds.set(types::READY, "False", reason, message);
+            if *stalled {
+                conds.set(types::STALLED, "True", reason, message);
+            } else {
+                conds.remove(types::STALLED);
+            }
+            conds.remove(types::RECONCILING);
+        }
+        Assessment::Uninstalling { message } => {
+            conds.set(types::READY, "Unknown", reasons::UNINSTALLING, message);
+            conds.set(types::RECONCILING, "True", reasons::UNINSTALLING, message);
+            conds.remove(types::STALLED);
+        }
+        Assessment::Materialized {
+            engine,
+            materialized,
+            observation,
+        } => {
+            status.engine = Some(engine.as_str().to_string());
+            status.engine_ref = Some(materialized.engine_ref.clone());
+            let engine_object = describe(&materialized.engine_ref);
+            let mut conds = Conditions {
+                list: &mut status.conditions,
+                generation,
+                now,
+            };
+            match observation {
+                None => conds.awaiting(&format!("{engine_object} does not exist yet")),
+                Some(obs) => {
+                    match &obs.source {
+                        Some(source) if !source.ready => {
+                            let message = format!("{}: {}", describe(&source.object), source.message);
+                            conds.set(types::SOURCE_READY, "False", &source.reason, &message);
+                        }
+                        _ => conds.remove(types::SOURCE_READY),
+                    }
+                    if app.spec.suspend {
+                        conds.suspended(obs);
+                    } else if !obs.observed_generation_current {
+                        conds.awaiting(&format!(
+                            "{engine_object} has not yet observed the latest desired state"
+                        ));
+                    } else {
+                        conds.relay(obs);
+                    }
+                    status.deployed_chart_version = obs.deployed_chart_version.clone();
+                    status.app_version = obs.app_version.clone();
+                    status.last_attempted_revision = obs.last_attempted_revision.clone();
+                    status.history = obs.history.clone();
+                }
+            }
+        }
+    }
+    sort_conditions(&mut status.conditions);
+    status
+}
+
+/// Whether `new` differs from the current status (so a write is needed).
+pub fn needs_write(app: &ApplicationInstance, new: &ApplicationInstanceStatus) -> bool {
+    app.status.as_ref() != Some(new)
+}
+
+/// The `Ready` condition of a status, if any.
+pub fn ready(status: Option<&ApplicationInstanceStatus>) -> Option<&Condition> {
+    status?.conditions.iter().find(|c| c.type_ == types::READY)
+}
+
+fn describe(reference: &api::ObjectReference) -> String {
+    match &reference.namespace {
+        Some(ns) => format!("{} {ns}/{}", reference.kind, reference.name),
+        None => format!("{} {}", reference.kind, reference.name),
+    }
+}
+
+struct Conditions<'a> {
+    list: &'a mut Vec<Condition>,
+    generation: Option<i64>,
+    now: &'a Time,
+}
+
+impl Conditions<'_> {
+    /// Sets a condition; `lastTransitionTime` only moves when the status changes.
+    fn set(&mut self, type_: &str, status: &str, reason: &str, message: &str) {
+        let message = truncate(message);
+        // An empty reason is invalid in metav1.Condition; engines always set one, but be safe.
+        let reason = if reason.is_empty() { "Unknown" } else { reason };
+        match self.list.iter_mut().find(|c| c.type_ == type_) {
+            Some(existing) => {
+                if existing.status != status {
+                    existing.last_transition_time = self.now.clone();
+                }
+                existing.status = status.to_string();
+                existing.reason = reason.to_string();
+                existing.message = message;
+                existing.observed_generation = self.generation;
+            }
+            None => self.list.push(Condition {
+                type_: type_.to_string(),
+                status: status.to_string(),
+                reason: reason.to_string(),
+                message,
+                observed_generation: self.generation,
+                last_transition_time: self.now.clone(),
+            }),
+        }
+    }
+
+    fn remove(&mut self, type_: &str) {
+        self.list.retain(|c| c.type_ != type_);
+    }
+
+    fn awaiting(&mut self, message: &str) {
+        self.set(types::READY, "Unknown", reasons::AWAITING_ENGINE, message);
+        self.set(types::RECONCILING, "True", reasons::AWAITING_ENGINE, message);
+        self.remove(types::STALLED);
+    }
+
+    /// Relays every engine condition verbatim; relayed types the engine no longer has
+    /// (e.g. `Reconciling` once done) are removed.
+    fn relay(&mut self, obs: &Observation) {
+        for type_ in types::RELAYED_FROM_HELMRELEASE {
+            match obs.condition(type_) {
+                Some(c) => self.set(type_, &c.status, &c.reason, &c.message),
+                None => self.remove(type_),
+            }
+        }
+    }
+
+    /// Suspended: the engine does not reconcile, so its conditions are frozen. Ready keeps
+    /// its status (and so its transition time) and says why nothing moves.
+    fn suspended(&mut self, obs: &Observation) {
+        let (status, last) = match obs.condition(types::READY) {
+            Some(c) => (
+                c.status.clone(),
+                format!("; last engine state: {}: {}", c.reason, c.message),
+            ),
+            None => ("Unknown".to_string(), String::new()),
+        };
+        let message = format!("spec.suspend is true: the release is not reconciled{last}");
+        self.set(types::READY, &status, reasons::SUSPENDED, &message);
+        self.remove(types::RECONCILING);
+    }
+}
+
+/// Stable order: Ready, Reconciling, Stalled first (as Flux and kstatus readers expect), then by type.
+fn sort_conditions(list: &mut [Condition]) {
+    let rank = |t: &str| match t {
+        types::READY => 0,
+        types::RECONCILING => 1,
+        types::STALLED => 2,
+        _ => 3,
+    };
+    list.sort_by(|a, b| rank(&a.type_).cmp(&rank(&b.type_)).then_with(|| a.type_.cmp(&b.type_)));
+}
+
+fn truncate(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+#[cfg(test)]
+mod tests;

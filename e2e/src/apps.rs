@@ -1,0 +1,140 @@
+//! Helpers for ApplicationInstance tests: a controller per test (watching only the
+//! test namespace) and waits on ApplicationInstance conditions.
+
+use std::time::Duration;
+
+use api::{ApplicationInstance, ApplicationInstanceSpec, ChartRepository, ChartSpec};
+use kube::api::{Patch, PatchParams};
+
+use crate::{CHART_REPO, FIELD_MANAGER, TestContext, eventually, process::ControllerProcess};
+
+/// How long an install or upgrade may take on the local cluster.
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Starts an app-controller confined to the test namespace (namespaced mode), with debug
+/// logging so tests can prove what never appears in logs.
+pub async fn start_controller(ctx: &TestContext, extra: &[&str]) -> anyhow::Result<ControllerProcess> {
+    let mut args = vec![
+        "--watch-namespace",
+        ctx.namespace.as_str(),
+        "--allowed-namespaces",
+        ctx.namespace.as_str(),
+        "--admin-addr",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let log_name = format!("app-controller-{}", ctx.namespace);
+    ControllerProcess::start(
+        "app-controller",
+        &log_name,
+        &args,
+        &[("RUST_LOG", "debug,hyper=info,tower=info,h2=info,rustls=info")],
+    )
+    .await
+}
+
+/// An ApplicationInstance of `chart@version` from the local chart repository.
+pub fn app(name: &str, chart: &str, version: &str, values: serde_json::Value) -> ApplicationInstance {
+    let mut app = ApplicationInstance::new(
+        name,
+        ApplicationInstanceSpec {
+            chart: ChartSpec {
+                name: chart.into(),
+                version: Some(version.into()),
+                repository: Some(ChartRepository {
+                    url: CHART_REPO.into(),
+                    interval: Some("1m".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            values: Some(values),
+            timeout: Some("1m".into()),
+            ..Default::default()
+        },
+    );
+    app.metadata.namespace = None;
+    app
+}
+
+/// Server-side applies an ApplicationInstance spec as the test (as Odoo's agent would).
+pub async fn apply_app(ctx: &TestContext, app: &ApplicationInstance) -> anyhow::Result<ApplicationInstance> {
+    let name = app.metadata.name.clone().unwrap_or_default();
+    let body = serde_json::json!({
+        "apiVersion": "vworkspace.io/v1alpha1", "kind": "ApplicationInstance",
+        "metadata": {"name": name}, "spec": app.spec,
+    });
+    Ok(ctx
+        .api::<ApplicationInstance>()
+        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
+        .await?)
+}
+
+/// The (status, reason, message) of an ApplicationInstance condition.
+pub fn condition(app: &ApplicationInstance, type_: &str) -> Option<(String, String, String)> {
+    let c = app.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// One-line view of an ApplicationInstance's status for "last observed" messages.
+pub fn summary(app: &ApplicationInstance) -> String {
+    let status = app.status.clone().unwrap_or_default();
+    let conds: Vec<String> = status
+        .conditions
+        .iter()
+        .map(|c| format!("{}={}({}: {})", c.type_, c.status, c.reason, c.message))
+        .collect();
+    format!(
+        "generation {:?}, observedGeneration {:?}, deployed {:?}, conditions [{}]",
+        app.metadata.generation,
+        status.observed_generation,
+        status.deployed_chart_version,
+        conds.join(", ")
+    )
+}
+
+/// Waits until `check` accepts the ApplicationInstance (status computed for its current generation).
+pub async fn wait_app(
+    ctx: &TestContext,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&ApplicationInstance) -> bool,
+) -> anyhow::Result<ApplicationInstance> {
+    let api = ctx.api::<ApplicationInstance>();
+    eventually(ctx, &format!("ApplicationInstance {name}: {what}"), timeout, || {
+        let api = api.clone();
+        let check = &check;
+        async move {
+            Ok(match api.get_opt(name).await? {
+                Some(app) => {
+                    let current = app.status.as_ref().and_then(|s| s.observed_generation) == app.metadata.generation;
+                    if current && check(&app) {
+                        Ok(app)
+                    } else {
+                        Err(summary(&app))
+                    }
+                }
+                None => Err("not found".into()),
+            })
+        }
+    })
+    .await
+}
+
+/// Waits for `Ready` with the given status and reason.
+pub async fn wait_ready(
+    ctx: &TestContext,
+    name: &str,
+    status: &str,
+    reason: &str,
+) -> anyhow::Result<ApplicationInstance> {
+    wait_app(
+        ctx,
+        name,
+        &format!("Ready={status} reason {reason}"),
+        RELEASE_TIMEOUT,
+        |app| condition(app, "Ready").is_some_and(|(s, r, _)| s == status && r == reason),
+    )
+    .await
+}

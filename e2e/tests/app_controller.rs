@@ -1,0 +1,463 @@
+//! The app controller end to end: ApplicationInstance → Flux HelmRelease → real
+//! Helm release on the local cluster, and Flux's status relayed back.
+
+use std::time::Duration;
+
+use api::{
+    ApplicationDependency, ApplicationInstance, ReleaseActionSpec, Remediation, RemediationStrategy, ValuesReference,
+    ValuesSourceKind,
+};
+use e2e::{
+    TestContext,
+    apps::{RELEASE_TIMEOUT, app, apply_app, condition, start_controller, wait_app, wait_ready},
+    eventually, flux,
+};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, Secret},
+};
+use kube::api::{DeleteParams, ListParams};
+
+fn sha256_hex(input: &str) -> String {
+    // Tiny SHA-256 to compare with the chart's sha256sum without another dependency.
+    sha256::digest(input)
+}
+
+mod sha256 {
+    //! Minimal SHA-256 (FIPS 180-4), test-only.
+    const K: [u32; 64] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
+        0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+        0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
+        0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+        0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
+        0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+        0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2,
+    ];
+    pub fn digest(input: &str) -> String {
+        let mut h: [u32; 8] = [
+            0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+        ];
+        let mut msg = input.as_bytes().to_vec();
+        let bits = (msg.len() as u64) * 8;
+        msg.push(0x80);
+        while msg.len() % 64 != 56 {
+            msg.push(0);
+        }
+        msg.extend_from_slice(&bits.to_be_bytes());
+        for chunk in msg.chunks(64) {
+            let mut w = [0u32; 64];
+            for i in 0..16 {
+                w[i] = u32::from_be_bytes([chunk[4 * i], chunk[4 * i + 1], chunk[4 * i + 2], chunk[4 * i + 3]]);
+            }
+            for i in 16..64 {
+                let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
+                let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
+                w[i] = w[i - 16].wrapping_add(s0).wrapping_add(w[i - 7]).wrapping_add(s1);
+            }
+            let mut v = h;
+            for i in 0..64 {
+                let s1 = v[4].rotate_right(6) ^ v[4].rotate_right(11) ^ v[4].rotate_right(25);
+                let ch = (v[4] & v[5]) ^ (!v[4] & v[6]);
+                let t1 = v[7]
+                    .wrapping_add(s1)
+                    .wrapping_add(ch)
+                    .wrapping_add(K[i])
+                    .wrapping_add(w[i]);
+                let s0 = v[0].rotate_right(2) ^ v[0].rotate_right(13) ^ v[0].rotate_right(22);
+                let maj = (v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]);
+                let t2 = s0.wrapping_add(maj);
+                v = [
+                    t1.wrapping_add(t2),
+                    v[0],
+                    v[1],
+                    v[2],
+                    v[3].wrapping_add(t1),
+                    v[4],
+                    v[5],
+                    v[6],
+                ];
+            }
+            for (a, b) in h.iter_mut().zip(v) {
+                *a = a.wrapping_add(b);
+            }
+        }
+        h.iter().map(|x| format!("{x:08x}")).collect()
+    }
+}
+
+async fn config_value(ctx: &TestContext, config_map: &str, key: &str) -> anyhow::Result<Option<String>> {
+    Ok(ctx
+        .api::<ConfigMap>()
+        .get_opt(config_map)
+        .await?
+        .and_then(|cm| cm.data.and_then(|d| d.get(key).cloned())))
+}
+
+async fn wait_config(ctx: &TestContext, config_map: &str, key: &str, want: &str) -> anyhow::Result<()> {
+    eventually(
+        ctx,
+        &format!("ConfigMap {config_map} {key}={want}"),
+        RELEASE_TIMEOUT,
+        || async {
+            Ok(match config_value(ctx, config_map, key).await? {
+                Some(v) if v == want => Ok(()),
+                other => Err(format!("{key}={other:?}")),
+            })
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn install_reaches_ready_with_values_rendered_and_status_mirrored() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-install").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    apply_app(
+        &ctx,
+        &app(
+            "wiki",
+            "demo-app",
+            "0.1.0",
+            serde_json::json!({"greeting": "hello from odoo"}),
+        ),
+    )
+    .await?;
+
+    let ready = wait_ready(&ctx, "wiki", "True", "InstallSucceeded").await?;
+    let status = ready.status.clone().expect("status");
+    assert_eq!(status.deployed_chart_version.as_deref(), Some("0.1.0"));
+    assert_eq!(status.app_version.as_deref(), Some("1.0.0"));
+    assert_eq!(status.engine.as_deref(), Some("flux"));
+    assert_eq!(status.engine_ref.as_ref().map(|r| r.kind.as_str()), Some("HelmRelease"));
+    assert_eq!(
+        status.history.first().map(|h| (h.revision, h.status.as_str())),
+        Some((1, "deployed"))
+    );
+    assert_eq!(
+        condition(&ready, "Released").map(|c| c.1),
+        Some("InstallSucceeded".into())
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == ready.metadata.generation)
+    );
+
+    // Relayed verbatim: our Ready message is the HelmRelease's.
+    let hr = flux::helm_releases(&ctx).get("wiki").await?;
+    let hr = serde_json::to_value(hr)?;
+    assert_eq!(
+        e2e::condition(&hr, "Ready").map(|c| c.2),
+        condition(&ready, "Ready").map(|c| c.2)
+    );
+
+    assert_eq!(
+        config_value(&ctx, "wiki-config", "greeting").await?.as_deref(),
+        Some("hello from odoo")
+    );
+    let deploy = ctx.api::<Deployment>().get("wiki").await?;
+    assert!(
+        deploy.status.and_then(|s| s.available_replicas).unwrap_or(0) >= 1,
+        "Deployment available via kwok"
+    );
+
+    // Changing values re-applies promptly.
+    apply_app(
+        &ctx,
+        &app("wiki", "demo-app", "0.1.0", serde_json::json!({"greeting": "changed"})),
+    )
+    .await?;
+    wait_config(&ctx, "wiki-config", "greeting", "changed").await?;
+    wait_ready(&ctx, "wiki", "True", "UpgradeSucceeded").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn values_from_a_secret_follow_the_secret_and_never_leak() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-secret").await?;
+    let password = "s3cr3t-Pa55-do-not-log";
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vault-auth"},
+        "stringData": {"password": password}
+    }))?;
+    ctx.apply(&secret).await?;
+    let controller = start_controller(&ctx, &[]).await?;
+
+    let mut vault = app("vault", "secret-app", "1.0.0", serde_json::json!({}));
+    vault.spec.values_from = vec![ValuesReference {
+        kind: ValuesSourceKind::Secret,
+        name: "vault-auth".into(),
+        values_key: Some("password".into()),
+        target_path: Some("auth.password".into()),
+        optional: false,
+    }];
+    apply_app(&ctx, &vault).await?;
+    let ready = wait_ready(&ctx, "vault", "True", "InstallSucceeded").await?;
+    wait_config(&ctx, "vault-config", "passwordSha256", &sha256_hex(password)).await?;
+
+    // Changing the Secret re-applies the release without touching the ApplicationInstance.
+    let rotated = "r0tated-Pa55-do-not-log";
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vault-auth"},
+        "stringData": {"password": rotated}
+    }))?;
+    ctx.apply(&secret).await?;
+    wait_config(&ctx, "vault-config", "passwordSha256", &sha256_hex(rotated)).await?;
+    let after = wait_ready(&ctx, "vault", "True", "UpgradeSucceeded").await?;
+    assert_eq!(
+        after.metadata.generation, ready.metadata.generation,
+        "no spec change was needed"
+    );
+
+    // Secret material appears nowhere we write: logs, events, conditions.
+    let logs = controller.logs();
+    assert!(
+        logs.contains("vault"),
+        "the controller log should mention the app (debug logging is on)"
+    );
+    let events = ctx
+        .api::<k8s_openapi::api::core::v1::Event>()
+        .list(&ListParams::default())
+        .await?;
+    let events = serde_json::to_string(&events.items)?;
+    let status = serde_json::to_string(&after.status)?;
+    for secret_value in [password, rotated] {
+        assert!(!logs.contains(secret_value), "controller log contains secret material");
+        assert!(!events.contains(secret_value), "an event contains secret material");
+        assert!(!status.contains(secret_value), "status contains secret material");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn upgrade_by_version_and_broken_upgrade_relays_flux_reasons() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-upgrade").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+
+    apply_app(&ctx, &app("shop", "demo-app", "0.1.0", serde_json::json!({}))).await?;
+    wait_ready(&ctx, "shop", "True", "InstallSucceeded").await?;
+    apply_app(&ctx, &app("shop", "demo-app", "0.2.0", serde_json::json!({}))).await?;
+    let upgraded = wait_ready(&ctx, "shop", "True", "UpgradeSucceeded").await?;
+    assert_eq!(
+        upgraded
+            .status
+            .as_ref()
+            .and_then(|s| s.deployed_chart_version.as_deref()),
+        Some("0.2.0")
+    );
+    assert_eq!(
+        config_value(&ctx, "shop-config", "chartVersion").await?.as_deref(),
+        Some("0.2.0")
+    );
+
+    // A broken version with rollback remediation: Flux's reasons, verbatim, and the app keeps running.
+    let mut broken = app("crm", "broken-app", "1.0.0", serde_json::json!({}));
+    apply_app(&ctx, &broken).await?;
+    wait_ready(&ctx, "crm", "True", "InstallSucceeded").await?;
+    broken.spec.chart.version = Some("2.0.0".into());
+    broken.spec.upgrade = Some(ReleaseActionSpec {
+        remediation: Some(Remediation {
+            retries: Some(1),
+            strategy: Some(RemediationStrategy::Rollback),
+            ..Default::default()
+        }),
+    });
+    apply_app(&ctx, &broken).await?;
+    let failed = wait_app(&ctx, "crm", "upgrade failed and remediated", RELEASE_TIMEOUT, |a| {
+        condition(a, "Ready").is_some_and(|(s, _, _)| s == "False")
+            && condition(a, "Remediated").is_some_and(|(s, r, _)| s == "True" && r == "RollbackSucceeded")
+            && condition(a, "Reconciling").is_none()
+    })
+    .await?;
+    let released = condition(&failed, "Released").expect("Released");
+    assert_eq!((released.0.as_str(), released.1.as_str()), ("False", "UpgradeFailed"));
+    assert!(
+        released.2.contains("tls.key"),
+        "Flux's message is relayed verbatim: {}",
+        released.2
+    );
+    assert_eq!(
+        failed.status.as_ref().and_then(|s| s.deployed_chart_version.as_deref()),
+        Some("1.0.0")
+    );
+    let deploy = ctx.api::<Deployment>().get("crm").await?;
+    assert!(
+        deploy.status.and_then(|s| s.available_replicas).unwrap_or(0) >= 1,
+        "the previous release keeps running"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn suspend_holds_changes_until_resumed() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-suspend").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let mut blog = app("blog", "demo-app", "0.1.0", serde_json::json!({"greeting": "v1"}));
+    apply_app(&ctx, &blog).await?;
+    wait_ready(&ctx, "blog", "True", "InstallSucceeded").await?;
+
+    blog.spec.suspend = true;
+    blog.spec.values = Some(serde_json::json!({"greeting": "v2"}));
+    apply_app(&ctx, &blog).await?;
+    let suspended = wait_ready(&ctx, "blog", "True", "Suspended").await?;
+    assert!(condition(&suspended, "Ready").unwrap().2.contains("spec.suspend"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        config_value(&ctx, "blog-config", "greeting").await?.as_deref(),
+        Some("v1"),
+        "nothing applied while suspended"
+    );
+
+    blog.spec.suspend = false;
+    apply_app(&ctx, &blog).await?;
+    wait_config(&ctx, "blog-config", "greeting", "v2").await?;
+    wait_ready(&ctx, "blog", "True", "UpgradeSucceeded").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn depends_on_orders_installs() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-deps").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let mut frontend = app("frontend", "demo-app", "0.1.0", serde_json::json!({}));
+    frontend.spec.depends_on = vec![ApplicationDependency {
+        name: "database".into(),
+        namespace: None,
+    }];
+    apply_app(&ctx, &frontend).await?;
+    let waiting = wait_ready(&ctx, "frontend", "False", "DependencyNotFound").await?;
+    assert!(condition(&waiting, "Ready").unwrap().2.contains("database"));
+    assert!(
+        flux::helm_releases(&ctx).get_opt("frontend").await?.is_none(),
+        "nothing installed before its dependency exists"
+    );
+
+    apply_app(&ctx, &app("database", "demo-app", "0.1.0", serde_json::json!({}))).await?;
+    let database = wait_ready(&ctx, "database", "True", "InstallSucceeded").await?;
+    let frontend = wait_ready(&ctx, "frontend", "True", "InstallSucceeded").await?;
+    let deployed_at = |a: &ApplicationInstance| {
+        a.status
+            .as_ref()
+            .and_then(|s| s.history.first())
+            .and_then(|h| h.deployed_at.clone())
+    };
+    let (db, fe) = (
+        deployed_at(&database).expect("db deployed"),
+        deployed_at(&frontend).expect("fe deployed"),
+    );
+    assert!(
+        fe.0 >= db.0,
+        "frontend ({fe:?}) must be released after database ({db:?})"
+    );
+    let hr = serde_json::to_value(flux::helm_releases(&ctx).get("frontend").await?)?;
+    assert_eq!(
+        hr.pointer("/spec/dependsOn/0/name").and_then(|v| v.as_str()),
+        Some("database")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn deletion_uninstalls_the_release() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-delete").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    apply_app(&ctx, &app("temp", "demo-app", "0.1.0", serde_json::json!({}))).await?;
+    wait_ready(&ctx, "temp", "True", "InstallSucceeded").await?;
+    let helm_secrets = ListParams::default().labels("owner=helm,name=temp");
+    assert_eq!(
+        ctx.api::<Secret>().list(&helm_secrets).await?.items.len(),
+        1,
+        "one Helm release Secret"
+    );
+
+    ctx.api::<ApplicationInstance>()
+        .delete("temp", &DeleteParams::default())
+        .await?;
+    eventually(
+        &ctx,
+        "ApplicationInstance, HelmRelease and Helm release Secret gone",
+        RELEASE_TIMEOUT,
+        || async {
+            let app = ctx.api::<ApplicationInstance>().get_opt("temp").await?;
+            let hr = flux::helm_releases(&ctx).get_opt("temp").await?;
+            let secrets = ctx.api::<Secret>().list(&helm_secrets).await?.items.len();
+            let deploy = ctx.api::<Deployment>().get_opt("temp").await?;
+            Ok(if app.is_none() && hr.is_none() && secrets == 0 && deploy.is_none() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "app {} hr {} helm secrets {secrets} deployment {}",
+                    app.is_some(),
+                    hr.is_some(),
+                    deploy.is_some()
+                ))
+            })
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn disallowed_target_namespace_is_refused() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-refuse").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let mut escape = app("escape", "demo-app", "0.1.0", serde_json::json!({}));
+    escape.spec.target_namespace = Some("kube-system".into());
+    apply_app(&ctx, &escape).await?;
+    let refused = wait_ready(&ctx, "escape", "False", "NamespaceNotAllowed").await?;
+    assert_eq!(
+        condition(&refused, "Stalled").map(|c| c.1),
+        Some("NamespaceNotAllowed".into())
+    );
+    assert!(condition(&refused, "Ready").unwrap().2.contains("kube-system"));
+    assert!(
+        flux::helm_releases(&ctx).get_opt("escape").await?.is_none(),
+        "nothing materialised"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn restart_mid_install_converges_without_duplicates() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-restart").await?;
+    let mut controller = start_controller(&ctx, &[]).await?;
+    apply_app(&ctx, &app("crash", "hook-app", "1.0.0", serde_json::json!({}))).await?;
+    eventually(&ctx, "HelmRelease created", RELEASE_TIMEOUT, || async {
+        Ok(flux::helm_releases(&ctx)
+            .get_opt("crash")
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| "no HelmRelease yet".to_string()))
+    })
+    .await?;
+    controller.kill().await?;
+
+    let _controller = start_controller(&ctx, &[]).await?;
+    wait_ready(&ctx, "crash", "True", "InstallSucceeded").await?;
+    assert_eq!(
+        flux::helm_releases(&ctx)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .len(),
+        1
+    );
+    assert_eq!(
+        flux::helm_repositories(&ctx)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .len(),
+        1
+    );
+    let releases = ctx
+        .api::<Secret>()
+        .list(&ListParams::default().labels("owner=helm,name=crash"))
+        .await?;
+    assert_eq!(releases.items.len(), 1, "exactly one Helm revision");
+    Ok(())
+}
