@@ -1,0 +1,559 @@
+//! The `batch/v1` Job of a Runbook Operation, and what its conditions mean
+//! (`docs/api/conditions.md` §3.5).
+//!
+//! The Job is created in the Operation's namespace, named after the Operation and owned
+//! by it, so deleting the Operation stops and removes the run. The given JobSpec is used
+//! as it is, with three changes: `parameters` become environment variables of every
+//! container (init containers included: they are containers of the Job too), the pod
+//! template gets our labels, and `restartPolicy` defaults to `Never` (a Job requires
+//! `Never` or `OnFailure`; `Never` keeps failed pods for their logs).
+//!
+//! `ttlSecondsAfterFinished` is refused: the Job is the only record of the run's outcome,
+//! and a Job that deletes itself could be re-created by an engine that restarts before
+//! recording the outcome, running the runbook twice. The Job goes away with its Operation.
+
+use std::collections::BTreeMap;
+
+use api::Operation;
+use api::conditions::operation_reasons;
+use serde_json::{Map, Value, json};
+
+use crate::meta::{self, OpId};
+use crate::progress::{Counts, Progress};
+use crate::status::is_valid_reason;
+use crate::{Error, names};
+
+/// API version of Jobs.
+pub const API_VERSION: &str = "batch/v1";
+/// Kind of Jobs.
+pub const KIND: &str = "Job";
+
+/// The deterministic name of `op`'s Job: the Operation's own name (made a DNS-1123 label
+/// if it holds dots), so `kubectl logs job/<operation>` just works.
+pub fn job_name(op: &OpId<'_>) -> String {
+    names::dns_label(op.name)
+}
+
+/// The Job for a Runbook Operation from its `runbook.job` (`job_spec`, a JobSpec) and
+/// `runbook.parameters`. Errors are [`Error::InvalidSpec`] with a message naming the field.
+pub fn job_object(op: &Operation, job_spec: &Value, parameters: &BTreeMap<String, String>) -> Result<Value, Error> {
+    let id = OpId::of(op)?;
+    if let Some(bad) = parameters.keys().find(|name| !is_env_name(name)) {
+        return Err(invalid(format!(
+            "runbook.parameters: {bad:?} is not a valid environment variable name (expected [A-Za-z_][A-Za-z0-9_]*)"
+        )));
+    }
+    let Some(spec) = job_spec.as_object() else {
+        return Err(invalid("runbook.job: must be an object (a batch/v1 JobSpec)"));
+    };
+    let mut spec = spec.clone();
+    if spec.contains_key("ttlSecondsAfterFinished") {
+        return Err(invalid(
+            "runbook.job.ttlSecondsAfterFinished: not allowed; the Job records the run's outcome and is removed with its Operation",
+        ));
+    }
+
+    let labels = meta::labels(&id);
+    let template = object_field(&mut spec, "template", "runbook.job.template")?;
+    let template_meta = object_field(template, "metadata", "runbook.job.template.metadata")?;
+    let template_labels = object_field(template_meta, "labels", "runbook.job.template.metadata.labels")?;
+    for (key, value) in &labels {
+        template_labels.insert(key.clone(), json!(value));
+    }
+
+    let pod = object_field(template, "spec", "runbook.job.template.spec")?;
+    match pod.get("restartPolicy") {
+        None => {
+            pod.insert("restartPolicy".into(), json!("Never"));
+        }
+        Some(Value::String(policy)) if policy == "Never" || policy == "OnFailure" => {}
+        Some(other) => {
+            return Err(invalid(format!(
+                "runbook.job.template.spec.restartPolicy: {other} is not supported for a Job (Never or OnFailure)"
+            )));
+        }
+    }
+    let has_containers = pod
+        .get("containers")
+        .and_then(Value::as_array)
+        .is_some_and(|c| !c.is_empty());
+    if !has_containers {
+        return Err(invalid("runbook.job: spec.template.spec.containers: Required value"));
+    }
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = pod.get_mut(list) else {
+            continue;
+        };
+        let Some(containers) = containers.as_array_mut() else {
+            return Err(invalid(format!("runbook.job.template.spec.{list}: must be a list")));
+        };
+        for (index, container) in containers.iter_mut().enumerate() {
+            let Some(container) = container.as_object_mut() else {
+                return Err(invalid(format!(
+                    "runbook.job.template.spec.{list}[{index}]: must be an object"
+                )));
+            };
+            inject_env(container, parameters)
+                .map_err(|e| invalid(format!("runbook.job.template.spec.{list}[{index}].{e}")))?;
+        }
+    }
+
+    Ok(json!({
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": meta::child_metadata(&id, &job_name(&id), id.namespace),
+        "spec": spec,
+    }))
+}
+
+/// Maps a Job (the whole object as JSON) to progress.
+///
+/// Only the terminal conditions `Complete` and `Failed` end the Operation. The interim
+/// `SuccessCriteriaMet` and `FailureTarget` (Kubernetes sets them as soon as the outcome is
+/// decided, and the terminal condition once every pod has terminated) are early signals
+/// shown in the message: ending earlier would let the next Operation start while the
+/// Job's pods are still running.
+pub fn map_job(job: &Value) -> Progress {
+    let name = meta::display_name(job);
+    let condition = |type_: &str| {
+        job.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+            .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+    };
+    let text = |c: &Value, key: &str| c.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let count = |key: &str| {
+        job.pointer(&format!("/status/{key}"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+
+    if condition("Complete").is_some() {
+        return Progress::Succeeded {
+            message: format!("Job {name} completed ({} succeeded pods)", count("succeeded")),
+            counts: Counts::default(),
+        };
+    }
+    if let Some(failed) = condition("Failed") {
+        let reason = text(failed, "reason");
+        let reason = if is_valid_reason(&reason) {
+            reason
+        } else {
+            operation_reasons::FAILED.to_owned()
+        };
+        let detail = text(failed, "message");
+        let detail = if detail.is_empty() { reason.clone() } else { detail };
+        return Progress::Failed {
+            message: format!("Job {name} failed: {detail}"),
+            reason,
+            counts: Counts::default(),
+        };
+    }
+    let pods = format!(
+        "{} active, {} succeeded, {} failed pods",
+        count("active"),
+        count("succeeded"),
+        count("failed")
+    );
+    let message = if let Some(target) = condition("FailureTarget") {
+        format!(
+            "Job {name} is failing ({}), waiting for its pods to terminate: {pods}",
+            text(target, "reason")
+        )
+    } else if condition("SuccessCriteriaMet").is_some() {
+        format!("Job {name} met its success criteria, waiting for its pods to terminate: {pods}")
+    } else if condition("Suspended").is_some() {
+        format!("Job {name} is suspended: {pods}")
+    } else {
+        format!("Job {name}: {pods}")
+    };
+    Progress::Running { message }
+}
+
+/// Whether `name` is a C identifier (`^[A-Za-z_][A-Za-z0-9_]*$`), the portable subset of
+/// environment variable names that every shell can expand.
+pub fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Sets each parameter as an env var of `container`. An existing entry of the same name
+/// is replaced in place (the parameter is the per-run input; the JobSpec holds defaults).
+fn inject_env(container: &mut Map<String, Value>, parameters: &BTreeMap<String, String>) -> Result<(), String> {
+    if parameters.is_empty() {
+        return Ok(());
+    }
+    let env = container.entry("env").or_insert_with(|| json!([]));
+    if env.is_null() {
+        *env = json!([]);
+    }
+    let Some(env) = env.as_array_mut() else {
+        return Err("env: must be a list".into());
+    };
+    for (name, value) in parameters {
+        let entry = json!({ "name": name, "value": value });
+        match env
+            .iter_mut()
+            .find(|e| e.get("name").and_then(Value::as_str) == Some(name.as_str()))
+        {
+            Some(existing) => *existing = entry,
+            None => env.push(entry),
+        }
+    }
+    Ok(())
+}
+
+/// `map[key]` as an object, created when absent (or null).
+fn object_field<'m>(
+    map: &'m mut Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<&'m mut Map<String, Value>, Error> {
+    let value = map.entry(key).or_insert_with(|| json!({}));
+    if value.is_null() {
+        *value = json!({});
+    }
+    value
+        .as_object_mut()
+        .ok_or_else(|| invalid(format!("{path}: must be an object")))
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::InvalidSpec(message.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::tests::op;
+    use api::OperationType;
+
+    fn runbook_op() -> Operation {
+        op("nextcloud-db-vacuum", OperationType::Runbook)
+    }
+
+    fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    /// The JobSpec of docs/examples/valid/operation-runbook.yaml.
+    fn example_spec() -> Value {
+        json!({
+            "backoffLimit": 2,
+            "activeDeadlineSeconds": 1800,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "vacuum",
+                    "image": "docker.io/library/postgres:16",
+                    "command": ["sh", "-c", "vacuumdb --host=\"$DB_HOST\" --all --analyze $VACUUM_FLAGS"],
+                    "env": [
+                        {"name": "PGUSER", "value": "postgres"},
+                        {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": "nextcloud-postgresql", "key": "postgres-password"}}}
+                    ]
+                }]
+            }}
+        })
+    }
+
+    #[test]
+    fn job_object_from_the_documented_example() {
+        let parameters = params(&[("DB_HOST", "nextcloud-postgresql"), ("VACUUM_FLAGS", "--verbose")]);
+        let job = job_object(&runbook_op(), &example_spec(), &parameters).expect("builds");
+        assert_eq!(job["apiVersion"], "batch/v1");
+        assert_eq!(job["kind"], "Job");
+        assert_eq!(job["metadata"]["name"], "nextcloud-db-vacuum");
+        assert_eq!(job["metadata"]["namespace"], "team-a");
+        assert_eq!(job["metadata"]["ownerReferences"][0]["name"], "nextcloud-db-vacuum");
+        assert_eq!(job["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(
+            job["metadata"]["labels"]["vworkspace.io/operation"],
+            "nextcloud-db-vacuum"
+        );
+        assert_eq!(job["spec"]["backoffLimit"], 2);
+        assert_eq!(job["spec"]["activeDeadlineSeconds"], 1800);
+        let template = &job["spec"]["template"];
+        assert_eq!(
+            template["metadata"]["labels"]["vworkspace.io/operation-uid"],
+            "uid-nextcloud-db-vacuum"
+        );
+        assert_eq!(
+            template["spec"]["containers"][0]["env"],
+            json!([
+                {"name": "PGUSER", "value": "postgres"},
+                {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": "nextcloud-postgresql", "key": "postgres-password"}}},
+                {"name": "DB_HOST", "value": "nextcloud-postgresql"},
+                {"name": "VACUUM_FLAGS", "value": "--verbose"},
+            ])
+        );
+        // Deterministic.
+        assert_eq!(
+            job,
+            job_object(&runbook_op(), &example_spec(), &parameters).expect("builds")
+        );
+    }
+
+    #[test]
+    fn env_injection_table() {
+        let spec = json!({"template": {
+            "metadata": {"labels": {"team": "db", "vworkspace.io/operation": "spoofed"}},
+            "spec": {
+                "initContainers": [{"name": "init"}],
+                "containers": [
+                    {"name": "a", "env": [{"name": "MODE", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}, {"name": "KEEP", "value": "1"}]},
+                    {"name": "b", "env": null},
+                ]
+            }
+        }});
+        let job = job_object(&runbook_op(), &spec, &params(&[("MODE", "fast")])).expect("builds");
+        let pod = &job["spec"]["template"]["spec"];
+        assert_eq!(pod["restartPolicy"], "Never", "defaulted");
+        assert_eq!(
+            pod["initContainers"][0]["env"],
+            json!([{"name": "MODE", "value": "fast"}])
+        );
+        assert_eq!(
+            pod["containers"][0]["env"],
+            json!([{"name": "MODE", "value": "fast"}, {"name": "KEEP", "value": "1"}]),
+            "a parameter replaces the entry of the same name in place"
+        );
+        assert_eq!(pod["containers"][1]["env"], json!([{"name": "MODE", "value": "fast"}]));
+        let labels = &job["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(labels["team"], "db", "user labels kept");
+        assert_eq!(labels["vworkspace.io/operation"], "nextcloud-db-vacuum", "ours win");
+
+        // No parameters: containers untouched.
+        let job = job_object(&runbook_op(), &spec, &BTreeMap::new()).expect("builds");
+        assert!(
+            job["spec"]["template"]["spec"]["initContainers"][0]
+                .get("env")
+                .is_none()
+        );
+        assert_eq!(job["spec"]["template"]["spec"]["containers"][1]["env"], Value::Null);
+    }
+
+    #[test]
+    fn restart_policy_table() {
+        let cases = [
+            (None, Ok("Never")),
+            (Some("Never"), Ok("Never")),
+            (Some("OnFailure"), Ok("OnFailure")),
+            (Some("Always"), Err(())),
+        ];
+        for (policy, expected) in cases {
+            let mut spec = json!({"template": {"spec": {"containers": [{"name": "c"}]}}});
+            if let Some(policy) = policy {
+                spec["template"]["spec"]["restartPolicy"] = json!(policy);
+            }
+            let built = job_object(&runbook_op(), &spec, &BTreeMap::new());
+            match expected {
+                Ok(value) => assert_eq!(
+                    built.expect("builds")["spec"]["template"]["spec"]["restartPolicy"],
+                    value
+                ),
+                Err(()) => assert!(matches!(built, Err(Error::InvalidSpec(_))), "{policy:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_specs_table() {
+        let containers = json!({"template": {"spec": {"containers": [{"name": "c"}]}}});
+        let cases: Vec<(&str, Value, BTreeMap<String, String>, &str)> = vec![
+            (
+                "not an object",
+                json!([1]),
+                params(&[]),
+                "runbook.job: must be an object (a batch/v1 JobSpec)",
+            ),
+            (
+                "no template",
+                json!({}),
+                params(&[]),
+                "runbook.job: spec.template.spec.containers: Required value",
+            ),
+            (
+                "empty containers",
+                json!({"template": {"spec": {"containers": []}}}),
+                params(&[]),
+                "runbook.job: spec.template.spec.containers: Required value",
+            ),
+            (
+                "template not an object",
+                json!({"template": "x"}),
+                params(&[]),
+                "runbook.job.template: must be an object",
+            ),
+            (
+                "containers not a list",
+                json!({"template": {"spec": {"containers": [{"name": "c"}], "initContainers": {}}}}),
+                params(&[("A", "1")]),
+                "runbook.job.template.spec.initContainers: must be a list",
+            ),
+            (
+                "container not an object",
+                json!({"template": {"spec": {"containers": ["c"]}}}),
+                params(&[("A", "1")]),
+                "runbook.job.template.spec.containers[0]: must be an object",
+            ),
+            (
+                "env not a list",
+                json!({"template": {"spec": {"containers": [{"name": "c", "env": {}}]}}}),
+                params(&[("A", "1")]),
+                "runbook.job.template.spec.containers[0].env: must be a list",
+            ),
+            (
+                "ttl",
+                json!({"ttlSecondsAfterFinished": 60, "template": {"spec": {"containers": [{"name": "c"}]}}}),
+                params(&[]),
+                "runbook.job.ttlSecondsAfterFinished: not allowed; the Job records the run's outcome and is removed with its Operation",
+            ),
+            (
+                "parameter name starts with a digit",
+                containers.clone(),
+                params(&[("1ABC", "x")]),
+                "runbook.parameters: \"1ABC\" is not a valid environment variable name (expected [A-Za-z_][A-Za-z0-9_]*)",
+            ),
+            (
+                "parameter name with a dash",
+                containers.clone(),
+                params(&[("DB-HOST", "x")]),
+                "runbook.parameters: \"DB-HOST\" is not a valid environment variable name (expected [A-Za-z_][A-Za-z0-9_]*)",
+            ),
+            (
+                "restart policy not a string",
+                json!({"template": {"spec": {"restartPolicy": 1, "containers": [{"name": "c"}]}}}),
+                params(&[]),
+                "runbook.job.template.spec.restartPolicy: 1 is not supported for a Job (Never or OnFailure)",
+            ),
+        ];
+        for (name, spec, parameters, message) in cases {
+            assert_eq!(
+                job_object(&runbook_op(), &spec, &parameters),
+                Err(Error::InvalidSpec(message.into())),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn env_names() {
+        for ok in ["A", "_", "a_b", "DB_HOST", "x1", "_1"] {
+            assert!(is_env_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "A-B", "A.B", "A B", "É", "A="] {
+            assert!(!is_env_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dotted_operation_names_make_valid_job_names() {
+        let mut o = runbook_op();
+        o.metadata.name = Some("db.vacuum".into());
+        let job = job_object(
+            &o,
+            &json!({"template": {"spec": {"containers": [{"name": "c"}]}}}),
+            &BTreeMap::new(),
+        )
+        .expect("builds");
+        let name = job["metadata"]["name"].as_str().expect("name");
+        assert!(names::is_dns_label(name) && name.starts_with("db-vacuum-"), "{name}");
+    }
+
+    fn job(status: Value) -> Value {
+        json!({"metadata": {"name": "vacuum", "namespace": "team-a"}, "status": status})
+    }
+
+    fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+        json!({"type": type_, "status": status, "reason": reason, "message": message})
+    }
+
+    #[test]
+    fn map_job_table() {
+        let cases = [
+            (
+                json!({}),
+                Progress::Running {
+                    message: "Job team-a/vacuum: 0 active, 0 succeeded, 0 failed pods".into(),
+                },
+            ),
+            (
+                json!({"active": 1, "failed": 1}),
+                Progress::Running {
+                    message: "Job team-a/vacuum: 1 active, 0 succeeded, 1 failed pods".into(),
+                },
+            ),
+            (
+                json!({"succeeded": 1, "conditions": [cond("SuccessCriteriaMet", "True", "CompletionsReached", ""), cond("Complete", "True", "CompletionsReached", "")]}),
+                Progress::Succeeded {
+                    message: "Job team-a/vacuum completed (1 succeeded pods)".into(),
+                    counts: Counts::default(),
+                },
+            ),
+            (
+                json!({"failed": 3, "conditions": [cond("FailureTarget", "True", "BackoffLimitExceeded", "x"), cond("Failed", "True", "BackoffLimitExceeded", "Job has reached the specified backoff limit")]}),
+                Progress::Failed {
+                    reason: "BackoffLimitExceeded".into(),
+                    message: "Job team-a/vacuum failed: Job has reached the specified backoff limit".into(),
+                    counts: Counts::default(),
+                },
+            ),
+            (
+                json!({"conditions": [cond("Failed", "True", "DeadlineExceeded", "Job was active longer than specified deadline")]}),
+                Progress::Failed {
+                    reason: "DeadlineExceeded".into(),
+                    message: "Job team-a/vacuum failed: Job was active longer than specified deadline".into(),
+                    counts: Counts::default(),
+                },
+            ),
+            (
+                json!({"conditions": [cond("Failed", "True", "", "")]}),
+                Progress::Failed {
+                    reason: "Failed".into(),
+                    message: "Job team-a/vacuum failed: Failed".into(),
+                    counts: Counts::default(),
+                },
+            ),
+            (
+                json!({"conditions": [cond("Failed", "True", "not valid!", "boom")]}),
+                Progress::Failed {
+                    reason: "Failed".into(),
+                    message: "Job team-a/vacuum failed: boom".into(),
+                    counts: Counts::default(),
+                },
+            ),
+            (
+                json!({"active": 1, "failed": 3, "conditions": [cond("FailureTarget", "True", "BackoffLimitExceeded", "")]}),
+                Progress::Running {
+                    message: "Job team-a/vacuum is failing (BackoffLimitExceeded), waiting for its pods to terminate: 1 active, 0 succeeded, 3 failed pods".into(),
+                },
+            ),
+            (
+                json!({"active": 1, "succeeded": 1, "conditions": [cond("SuccessCriteriaMet", "True", "SuccessPolicy", "")]}),
+                Progress::Running {
+                    message: "Job team-a/vacuum met its success criteria, waiting for its pods to terminate: 1 active, 1 succeeded, 0 failed pods".into(),
+                },
+            ),
+            (
+                json!({"conditions": [cond("Suspended", "True", "JobSuspended", "")]}),
+                Progress::Running {
+                    message: "Job team-a/vacuum is suspended: 0 active, 0 succeeded, 0 failed pods".into(),
+                },
+            ),
+            (
+                json!({"conditions": [cond("Complete", "False", "", ""), cond("Failed", "False", "", "")]}),
+                Progress::Running {
+                    message: "Job team-a/vacuum: 0 active, 0 succeeded, 0 failed pods".into(),
+                },
+            ),
+        ];
+        for (status, expected) in cases {
+            assert_eq!(map_job(&job(status.clone())), expected, "{status}");
+        }
+    }
+}
