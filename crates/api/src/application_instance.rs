@@ -70,16 +70,19 @@ pub struct ApplicationInstanceSpec {
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub timeout: Option<String>,
 
-    /// Stop reconciling the release (the engine keeps what is deployed).
+    /// Stop reconciling the release (the engine keeps what is deployed). Deleting a suspended
+    /// ApplicationInstance leaves the Helm release installed: Flux does not uninstall a suspended HelmRelease.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
 
-    /// Other ApplicationInstances that must be Ready before this one is installed or upgraded.
+    /// Other ApplicationInstances that must be Ready before this one is installed or upgraded. Nothing is
+    /// materialised while one of them does not exist (`DependencyNotFound`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub depends_on: Vec<ApplicationDependency>,
 
-    /// ServiceAccount (in the target namespace) the engine impersonates to apply the release.
+    /// ServiceAccount the engine impersonates to apply the release. Flux looks it up in the HelmRelease's
+    /// namespace, which is this ApplicationInstance's namespace, not the target namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 253),
@@ -99,7 +102,8 @@ pub struct ApplicationInstanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_detection: Option<DriftDetection>,
 
-    /// Helm engine that materialises this application. Default: the cluster default (`flux`).
+    /// Helm engine that materialises this application. Default: the app controller's `--default-engine`
+    /// (`flux`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineKind>,
 }
@@ -254,12 +258,13 @@ pub struct ReleaseActionSpec {
 #[x_kube(validation = Rule::new("!has(self.retryInterval) || (has(self.strategy) && self.strategy == 'retry')")
     .message("retryInterval is only allowed with strategy retry"))]
 pub struct Remediation {
-    /// How many times to retry. Default 0; a negative value retries forever.
+    /// How many times to retry with strategy `rollback`. Default 0; a negative value retries forever.
+    /// Ignored by Flux with strategy `retry`, which retries without limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = -1, max = 100))]
     pub retries: Option<i32>,
     /// `rollback` (default): remediate (roll an upgrade back; uninstall a failed install) then retry.
-    /// `retry`: leave the failed release in place and retry after `retryInterval`.
+    /// `retry`: leave the failed release in place and retry every `retryInterval`, without limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<RemediationStrategy>,
     /// Wait between retries with strategy `retry`. Default `5m`.
@@ -275,7 +280,7 @@ pub enum RemediationStrategy {
     /// Roll back (upgrade) or uninstall (install), then retry.
     #[default]
     Rollback,
-    /// Retry without remediating.
+    /// Retry without remediating, without limit (`retries` is ignored).
     Retry,
 }
 
@@ -329,8 +334,9 @@ pub struct ApplicationInstanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// `Ready`, `Reconciling`, `Stalled` and the relayed engine conditions (`Released`,
-    /// `TestSuccess`, `Remediated`, `Drifted`). See docs/api/conditions.md.
+    /// `Ready`, `Reconciling`, `Stalled`, the relayed engine conditions (`Released`,
+    /// `TestSuccess`, `Remediated`, `Drifted`) and `SourceReady` (present only while the chart
+    /// source is not ready). See docs/api/conditions.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,

@@ -22,7 +22,8 @@ pub mod types {
     pub const REMEDIATED: &str = "Remediated";
     /// Relayed from the HelmRelease: drift between the release manifest and the cluster.
     pub const DRIFTED: &str = "Drifted";
-    /// Relayed from the chart source (HelmRepository / OCIRepository / HelmChart) when it is not Ready.
+    /// Relayed from the chart source (HelmRepository / OCIRepository / HelmChart): present only while
+    /// the source is not ready (status `False`, the source's reason and message), removed once it is.
     pub const SOURCE_READY: &str = "SourceReady";
 
     /// Operation summary for bounded work: Unknown while pending or running, True/False at the end.
@@ -35,10 +36,13 @@ pub mod types {
 
 /// Reasons the operator sets on ApplicationInstances.
 pub mod reasons {
-    /// Ready=Unknown / Reconciling=True: the engine object was written and the engine has not
-    /// yet observed its current generation.
+    /// Ready=Unknown / Reconciling=True: the engine object does not exist yet, or the engine has not
+    /// yet observed the desired state last written to it (its generation and any reconcile request).
+    /// Also the reason of `SourceReady=False` for a chart source that has not reported on its
+    /// current generation.
     pub const AWAITING_ENGINE: &str = "AwaitingEngine";
-    /// Ready=Unknown / Reconciling=True: the ApplicationInstance is new and nothing was applied yet.
+    /// Reserved (Ready=Unknown / Reconciling=True, nothing applied yet). The app controller does not
+    /// set it today: a new ApplicationInstance goes straight to `AwaitingEngine`.
     pub const PROGRESSING: &str = "Progressing";
     /// Ready=False / Stalled=True: the spec is valid for the API server but cannot be materialised.
     pub const INVALID_SPEC: &str = "InvalidSpec";
@@ -46,17 +50,20 @@ pub mod reasons {
     pub const REFERENCED_OBJECT_NOT_FOUND: &str = "ReferencedObjectNotFound";
     /// Ready=False / Stalled=True: the namespace or target namespace is outside the controller's allow-list.
     pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
-    /// Ready=False: the engine's CRDs (e.g. Flux's HelmRelease) are not installed.
+    /// Ready=False: the engine's CRDs (e.g. Flux's HelmRelease) are not installed; re-checked every 30 s.
     pub const ENGINE_NOT_INSTALLED: &str = "EngineNotInstalled";
     /// Ready=False / Stalled=True: the requested engine is not available in this build/cluster.
     pub const ENGINE_UNAVAILABLE: &str = "EngineUnavailable";
     /// Ready=False: writing the engine objects failed (forbidden, conflict, server error).
     pub const APPLY_FAILED: &str = "ApplyFailed";
-    /// Ready=False: an ApplicationInstance in dependsOn does not exist.
+    /// Ready=False: an ApplicationInstance in dependsOn does not exist; nothing is materialised,
+    /// re-checked every 30 s.
     pub const DEPENDENCY_NOT_FOUND: &str = "DependencyNotFound";
-    /// Ready=Unknown: the ApplicationInstance is being deleted and the release uninstalled.
+    /// Ready=Unknown / Reconciling=True: the ApplicationInstance is being deleted and the release
+    /// uninstalled.
     pub const UNINSTALLING: &str = "Uninstalling";
-    /// Reconciling absent, Ready unchanged: `spec.suspend` is true (message only on Ready).
+    /// `spec.suspend` is true: Ready keeps its status and `lastTransitionTime`, its reason becomes
+    /// `Suspended` and its message carries the engine's last state; Reconciling is removed.
     pub const SUSPENDED: &str = "Suspended";
 
     /// Every reason the app controller sets itself (for docs and tests).
@@ -103,4 +110,10 @@ pub mod operation_reasons {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// Failed: the controller the operation drives (Velero, CSI snapshots) is not installed.
     pub const ENGINE_NOT_INSTALLED: &str = "EngineNotInstalled";
+    /// Failed: Velero ended the Backup or Restore in phase `PartiallyFailed` (Velero's phase name,
+    /// kept as the reason; the message carries the warning and error counts).
+    pub const PARTIALLY_FAILED: &str = "PartiallyFailed";
+    /// Failed: a Rollback names a revision (or chart version) that the application's revision
+    /// history does not hold.
+    pub const REVISION_NOT_FOUND: &str = "RevisionNotFound";
 }

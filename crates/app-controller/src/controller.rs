@@ -2,8 +2,8 @@
 //!
 //! - ApplicationInstances: guarded against malformed objects, `managedFields` stripped,
 //!   filtered by generation (+ finalizers) so our own status writes do not re-trigger.
-//! - Owned HelmReleases / HelmRepositories / OCIRepositories (metadata watches through
-//!   owner references): engine status changes wake the owner at once.
+//! - Owned HelmReleases / HelmRepositories / OCIRepositories (mapped through owner
+//!   references): engine status changes wake the owner at once.
 //! - Secrets and ConfigMaps, metadata only: a change wakes every ApplicationInstance
 //!   referencing it (no polling, and no secret data in memory).
 

@@ -143,7 +143,7 @@ pub async fn reconcile(guard: Arc<DeserializeGuard<ApplicationInstance>>, ctx: A
     result
 }
 
-/// Exponential requeue per object (1s, 2s, 4s … 5 min); uninstall waits poll quickly.
+/// Exponential requeue per object (2 s, 4 s, 8 s … capped at 5 min); uninstall waits poll quickly.
 pub fn error_policy(guard: Arc<DeserializeGuard<ApplicationInstance>>, error: &Error, ctx: Arc<Context>) -> Action {
     if let Error::Uninstalling(what) = error {
         debug!(%what, "uninstall in progress");

@@ -52,14 +52,9 @@ pub use lifecycle::{Gate, Sibling, Siblings};
 pub use progress::{Counts, Progress};
 pub use status::{Outcome, needs_write, next_status};
 
-/// Reasons the engines set that `api::conditions::operation_reasons` does not
-/// list yet. They belong in the api crate (and `docs/api/conditions.md`); they
-/// live here until the api crate has them, spelled exactly as documented.
+/// Reasons of the engines that are specific to this crate's mappings. They are
+/// defined in `api::conditions::operation_reasons` (and `docs/api/conditions.md`);
+/// re-exported here so `operations::reasons::…` keeps working.
 pub mod reasons {
-    /// Failed: Velero reported `PartiallyFailed` for the Backup or Restore (relayed verbatim;
-    /// `docs/api/conditions.md` §3.2 lists it as relayed, but the api crate has no constant).
-    pub const PARTIALLY_FAILED: &str = "PartiallyFailed";
-    /// Failed: a Rollback names a revision (or chart version) the application's revision
-    /// history does not hold. Not in the docs yet.
-    pub const REVISION_NOT_FOUND: &str = "RevisionNotFound";
+    pub use api::conditions::operation_reasons::{PARTIALLY_FAILED, REVISION_NOT_FOUND};
 }
