@@ -57,3 +57,7 @@ test: check-generated fmt-check lint unit e2e
 # The main job: a real local cluster with the operator and a sample app.
 demo:
     hack/demo.sh
+
+# Benchmark the app controller on the real local cluster (figures in docs/performance.md).
+bench-app *args:
+    hack/bench-app.sh {{args}}

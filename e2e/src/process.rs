@@ -64,6 +64,11 @@ impl ControllerProcess {
         Ok(())
     }
 
+    /// The process id (for RSS measurements).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

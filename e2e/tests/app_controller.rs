@@ -461,3 +461,29 @@ async fn restart_mid_install_converges_without_duplicates() -> anyhow::Result<()
     assert_eq!(releases.items.len(), 1, "exactly one Helm revision");
     Ok(())
 }
+
+#[tokio::test]
+async fn deleting_the_namespace_mid_install_never_wedges() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-nsdel").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    apply_app(&ctx, &app("doomed", "hook-app", "1.0.0", serde_json::json!({}))).await?;
+    eventually(&ctx, "HelmRelease created", RELEASE_TIMEOUT, || async {
+        Ok(flux::helm_releases(&ctx)
+            .get_opt("doomed")
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| "no HelmRelease yet".to_string()))
+    })
+    .await?;
+
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(ctx.client.clone());
+    namespaces.delete(&ctx.namespace, &DeleteParams::default()).await?;
+    eventually(&ctx, "namespace fully deleted", RELEASE_TIMEOUT, || async {
+        Ok(match namespaces.get_opt(&ctx.namespace).await? {
+            None => Ok(()),
+            Some(ns) => Err(format!("phase {:?}", ns.status.and_then(|s| s.phase))),
+        })
+    })
+    .await?;
+    Ok(())
+}

@@ -1,6 +1,6 @@
 //! Prometheus metrics shared by every controller.
 //!
-//! Names, with the binary's prefix (e.g. `app_controller_`):
+//! Names, with the binary's prefix (the controllers use `vworkspace_`):
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -10,8 +10,9 @@
 //! | `api_writes_total` | counter | `controller`, `verb`, `kind` |
 //! | `leader` | gauge (0/1) | |
 //!
-//! `api_writes_total` counts every write this process sends to the API server; the
-//! benchmarks assert that it stays flat for controllers at rest. Lease renewals are
+//! `api_writes_total` counts the writes a controller reports through [`Metrics::api_write`]
+//! (status patches, events); writes made inside libraries such as helmengine are not
+//! seen here, so `bench-app` also reads the API server's own request counters. Lease renewals are
 //! counted too, under `controller="leader-election"`, so they can be told apart.
 //!
 //! Labels are `&'static str` on purpose: label values come from constants (controller
