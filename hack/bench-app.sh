@@ -6,7 +6,8 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$HACK_DIR/cluster.sh" status >/dev/null 2>&1 || "$HACK_DIR/cluster.sh" up
-cargo build --release --quiet -p app-controller -p e2e --bin bench-app
+cargo build --release --quiet -p app-controller
+cargo build --release --quiet -p e2e --bin bench-app
 run() { "$HACK_DIR/cluster.sh" exec "$REPO_ROOT/target/release/bench-app" "$@"; }
 if (($#)); then
   run "$@"

@@ -213,7 +213,6 @@ async fn main() -> anyhow::Result<()> {
     println!("bench-app: {n} ApplicationInstances, {mode}");
 
     let ns = format!("bench-app-{n}");
-    recreate_namespace(&client, &ns).await?;
     let mut controller = ControllerProcess::start(
         "app-controller",
         "bench-app-controller",
@@ -222,6 +221,8 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let pid = controller.pid().context("controller pid")?;
+    // With the controller running, so a previous run's apps (with finalizers) go away.
+    recreate_namespace(&client, &ns).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_idle = rss_kib(pid).unwrap_or_default();
 
@@ -324,8 +325,34 @@ async fn main() -> anyhow::Result<()> {
     }
     let rss_n = rss_kib(pid).unwrap_or_default();
 
-    // Writes at rest: nothing changes for 30 s after convergence.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Writes at rest: first let the world settle (sources fetched, statuses final): no
+    // ApplicationInstance changes for 10 s in a row. Then nothing may be written for 30 s.
+    let settle_start = Instant::now();
+    let mut last_versions = String::new();
+    let mut stable_since = Instant::now();
+    while stable_since.elapsed() < Duration::from_secs(10) {
+        anyhow::ensure!(
+            settle_start.elapsed() < args.timeout,
+            "ApplicationInstances never settled"
+        );
+        let versions: String = ais
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|a| a.resource_version().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(",");
+        if versions != last_versions {
+            last_versions = versions;
+            stable_since = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "    (settled: no ApplicationInstance change for 10 s, {:.1}s after the last phase)",
+        (settle_start.elapsed() - Duration::from_secs(10)).as_secs_f64()
+    );
     let (c0, a0) = (controller_writes().await?, apiserver_writes(&client).await?);
     tokio::time::sleep(Duration::from_secs(30)).await;
     let (c1, a1) = (controller_writes().await?, apiserver_writes(&client).await?);

@@ -40,11 +40,18 @@ const REQUIRED: [(&str, &[FluxKind]); 2] = [
     ),
 ];
 
+/// How long a successful "Flux CRDs are served" check is trusted. A failed check is never
+/// cached, so installing Flux is noticed at the next reconcile; uninstalling it surfaces as
+/// apply errors until the cache expires.
+const INSTALLED_CHECK_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The Flux helm-controller engine.
 #[derive(Clone)]
 pub struct FluxEngine {
     client: Client,
     field_manager: String,
+    /// When the CRD check last succeeded (2 discovery GETs saved per reconcile).
+    installed_at: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 impl FluxEngine {
@@ -53,6 +60,7 @@ impl FluxEngine {
         Self {
             client,
             field_manager: field_manager.into(),
+            installed_at: Default::default(),
         }
     }
 
@@ -66,6 +74,18 @@ impl FluxEngine {
     }
 
     async fn check_installed_impl(&self) -> Result<(), EngineError> {
+        let fresh = |at: &Option<std::time::Instant>| at.is_some_and(|t| t.elapsed() < INSTALLED_CHECK_TTL);
+        if self.installed_at.lock().map(|at| fresh(&at)).unwrap_or(false) {
+            return Ok(());
+        }
+        self.check_served().await?;
+        if let Ok(mut at) = self.installed_at.lock() {
+            *at = Some(std::time::Instant::now());
+        }
+        Ok(())
+    }
+
+    async fn check_served(&self) -> Result<(), EngineError> {
         let mut missing = Vec::new();
         for (group_version, kinds) in REQUIRED {
             let served = match self.client.list_api_group_resources(group_version).await {
