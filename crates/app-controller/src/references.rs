@@ -94,17 +94,15 @@ pub async fn resolve(client: &Client, namespace: &str, refs: &[Reference]) -> Re
     })
 }
 
-/// FNV-1a over the entries: short, stable, and a pure function of its input.
+/// A digest of the entries: short, stable, and a pure function of its input.
 fn token(entries: &[String]) -> Option<String> {
     if entries.is_empty() {
         return None;
     }
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in entries.join(";").bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    Some(format!("vws-{hash:016x}"))
+    Some(format!(
+        "vws-{}",
+        helmengine::meta::fnv1a_hex(entries.join(";").bytes())
+    ))
 }
 
 #[cfg(test)]

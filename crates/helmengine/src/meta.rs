@@ -54,6 +54,18 @@ impl<'a> AppId<'a> {
     }
 }
 
+/// FNV-1a (64 bit) as 16 hex digits: a short, stable digest for change detection
+/// (desired-state hashes, reference tokens). Not cryptographic; written out so values
+/// never change between Rust versions.
+pub fn fnv1a_hex(bytes: impl IntoIterator<Item = u8>) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
 /// The labels of an object created for `app_name` with the given component.
 pub fn labels(app_name: &str, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -123,6 +135,12 @@ fn labelled_for(meta: &ObjectMeta, app_name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fnv1a_matches_the_reference_vectors() {
+        assert_eq!(super::fnv1a_hex(*b""), "cbf29ce484222325");
+        assert_eq!(super::fnv1a_hex(*b"a"), "af63dc4c8601ec8c");
+    }
+
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 

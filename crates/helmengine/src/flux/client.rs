@@ -366,13 +366,7 @@ mod tests;
 /// A stable digest of the desired object (FNV-1a over its canonical JSON: serde_json
 /// maps are ordered, so equal objects serialize equally).
 fn desired_hash(object: &DynamicObject) -> String {
-    let json = serde_json::to_vec(object).unwrap_or_default();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in json {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    crate::meta::fnv1a_hex(serde_json::to_vec(object).unwrap_or_default())
 }
 
 /// The live object was last applied from this exact desired state and nobody has
