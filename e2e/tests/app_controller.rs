@@ -487,3 +487,57 @@ async fn deleting_the_namespace_mid_install_never_wedges() -> anyhow::Result<()>
     .await?;
     Ok(())
 }
+
+/// Source problems surface as `SourceReady=False` with the Flux source's own reason.
+#[tokio::test]
+async fn source_problems_surface_with_the_sources_reason() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-source").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let mut offline = app("offline", "demo-app", "0.1.0", serde_json::json!({}));
+    if let Some(repo) = offline.spec.chart.repository.as_mut() {
+        repo.url = "http://127.0.0.1:9".into(); // nothing listens there: unreachable
+    }
+    apply_app(&ctx, &offline).await?;
+    apply_app(&ctx, &app("missing", "demo-app", "9.9.9", serde_json::json!({}))).await?;
+
+    let charts = e2e::dynamic_api(
+        &ctx.client,
+        &ctx.namespace,
+        "source.toolkit.fluxcd.io",
+        "v1",
+        "HelmChart",
+        "helmcharts",
+    );
+    let chart_name = format!("{}-missing", ctx.namespace);
+    for (app_name, source_api, source_name) in [
+        ("offline", flux::helm_repositories(&ctx), "offline".to_string()),
+        ("missing", charts, chart_name),
+    ] {
+        let apps = ctx.api::<ApplicationInstance>();
+        eventually(
+            &ctx,
+            &format!("{app_name}: SourceReady=False with the source's reason"),
+            RELEASE_TIMEOUT,
+            || async {
+                let app = apps.get(app_name).await?;
+                let source = e2e::get_json(&source_api, &source_name).await?;
+                let source_ready = source.as_ref().and_then(|s| e2e::condition(s, "Ready"));
+                Ok(match (condition(&app, "SourceReady"), source_ready) {
+                    (Some((status, reason, message)), Some((src_status, src_reason, src_message)))
+                        if status == "False" && src_status == "False" && reason == src_reason =>
+                    {
+                        assert!(
+                            message.contains(&src_message),
+                            "message relayed: {message:?} vs {src_message:?}"
+                        );
+                        assert_eq!(condition(&app, "Ready").map(|c| c.0), Some("False".to_string()));
+                        Ok(())
+                    }
+                    (ours, theirs) => Err(format!("ours {ours:?}, source {theirs:?}")),
+                })
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}

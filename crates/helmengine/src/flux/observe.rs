@@ -251,14 +251,17 @@ fn source_observation(obj: &DynamicObject) -> SourceObservation {
 }
 
 /// Whether `ready` describes the source's current generation: by
-/// `status.observedGeneration` (Flux's own test) or, failing that, by the
-/// condition's `observedGeneration`.
+/// `status.observedGeneration` (Flux's own test) or by the condition's
+/// `observedGeneration`. Either suffices: source-controller leaves
+/// `status.observedGeneration` at -1 while a source keeps failing, yet stamps the
+/// current generation on its Ready=False condition, which is exactly the failure
+/// (e.g. an unreachable repository) we must surface.
 fn source_generation_seen(obj: &DynamicObject, ready: &ConditionView) -> bool {
     let Some(generation) = obj.metadata.generation else {
         return true;
     };
     let observed = obj.data.pointer("/status/observedGeneration").and_then(Value::as_i64);
-    observed.or(ready.observed_generation) == Some(generation)
+    observed == Some(generation) || ready.observed_generation == Some(generation)
 }
 
 fn is_static_oci_helm_repository(obj: &DynamicObject) -> bool {

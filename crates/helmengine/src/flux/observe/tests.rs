@@ -536,13 +536,26 @@ fn source_selection_table() {
     let release = hr(1, json!({}));
     /// `(ready, reason, kind)` of the reported source.
     type Want = Option<(bool, &'static str, &'static str)>;
-    let cases: [(&str, Option<DynamicObject>, Option<DynamicObject>, Want); 8] = [
+    let cases: [(&str, Option<DynamicObject>, Option<DynamicObject>, Want); 9] = [
         ("nothing readable", None, None, None),
         (
             "all ready: the chart",
             Some(ready("HelmRepository", "wiki")),
             Some(chart_ok.clone()),
             Some((true, "ChartPullSucceeded", "HelmChart")),
+        ),
+        (
+            // Seen on the real cluster: source-controller keeps status.observedGeneration at -1
+            // while the repository keeps failing, but stamps the generation on Ready=False.
+            "failing repository that never succeeded",
+            Some(source_obj(
+                "HelmRepository",
+                "wiki",
+                1,
+                json!({"observedGeneration": -1, "conditions": [cond("Ready", "False", "Failed", "connection refused", 1)]}),
+            )),
+            None,
+            Some((false, "Failed", "HelmRepository")),
         ),
         (
             "repository unreachable wins",
