@@ -45,7 +45,7 @@ cluster-status:
 
 # Run a command inside the cluster's network namespace, e.g. `just in-cluster kubectl get ai -A`.
 in-cluster +cmd:
-    source target/e2e-cluster/env && PATH="$VWS_BIN_DIR:$PATH" hack/cluster.sh exec {{cmd}}
+    hack/cluster.sh exec {{cmd}}
 
 # End-to-end tests on the real local cluster (starts and stops it if needed).
 e2e *args:

@@ -10,7 +10,7 @@ have_all() { for b in "${want[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done;
 if have_all; then echo "$BIN_DIR"; exit 0; fi
 [[ ${1:-} == --no-build ]] && exit 1
 
-mkdir -p "$BIN_DIR" "$CACHE_ROOT/logs"
+mkdir -p "$BIN_DIR"
 exec 9>"$CACHE_ROOT/build.lock"; flock 9   # one builder at a time per cache
 if have_all; then echo "$BIN_DIR"; exit 0; fi
 

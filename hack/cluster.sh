@@ -244,7 +244,11 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  exec) shift; ensure_netns; [[ -f $CLUSTER_DIR/env ]] && source "$CLUSTER_DIR/env"; in_netns "$@" ;;
+  exec)
+    shift; ensure_netns
+    # The cluster's tools (kubectl) first on PATH, and its env (KUBECONFIG, ...) exported.
+    if [[ -f $CLUSTER_DIR/env ]]; then source "$CLUSTER_DIR/env"; export PATH="$VWS_BIN_DIR:$PATH"; fi
+    in_netns "$@" ;;
   env) cat "$CLUSTER_DIR/env" ;;
   *) echo "usage: $0 up|down|status|exec CMD...|env" >&2; exit 2 ;;
 esac

@@ -8,7 +8,7 @@
 # itself so a version bump never needs hand-editing.
 source "$(dirname "$0")/lib.sh"
 
-gen_module() { # dir module-path go-line godebug-line requirement...
+gen_module() { # tools-subdir module-path: a fresh wrapper go.mod
   local dir="$HACK_DIR/tools/$1" mod="$2"
   rm -rf "$dir"; mkdir -p "$dir"
   printf 'module %s\n\ngo 1.26.0\n' "$mod" > "$dir/go.mod"

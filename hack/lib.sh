@@ -19,7 +19,6 @@ cache_key() {
       "$HACK_DIR"/tools/*/go.mod "$HACK_DIR"/tools/*/go.sum 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
 BIN_DIR="$CACHE_ROOT/bin-$(cache_key)"
-TOOLS_DIR="$CACHE_ROOT/tools"
 
 # Runtime state of the local cluster (certs, kubeconfig, logs, pids): ignored by git.
 CLUSTER_DIR="${VWS_CLUSTER_DIR:-$REPO_ROOT/target/e2e-cluster}"
