@@ -138,3 +138,29 @@ pub async fn wait_ready(
     )
     .await
 }
+
+/// Waits for `Ready=True` with `reason` *and* the release history mirrored with
+/// `chart_version` deployed. Flux may report Ready a moment before it records the
+/// release in its history; the next HelmRelease update brings both into our status.
+pub async fn wait_deployed(
+    ctx: &TestContext,
+    name: &str,
+    reason: &str,
+    chart_version: &str,
+) -> anyhow::Result<ApplicationInstance> {
+    wait_app(
+        ctx,
+        name,
+        &format!("Ready=True {reason}, {chart_version} deployed"),
+        RELEASE_TIMEOUT,
+        |app| {
+            let status = app.status.as_ref();
+            condition(app, "Ready").is_some_and(|(s, r, _)| s == "True" && r == reason)
+                && status.and_then(|s| s.deployed_chart_version.as_deref()) == Some(chart_version)
+                && status
+                    .and_then(|s| s.history.first())
+                    .is_some_and(|h| h.deployed_at.is_some())
+        },
+    )
+    .await
+}

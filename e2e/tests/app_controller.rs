@@ -9,7 +9,7 @@ use api::{
 };
 use e2e::{
     TestContext,
-    apps::{RELEASE_TIMEOUT, app, apply_app, condition, start_controller, wait_app, wait_ready},
+    apps::{RELEASE_TIMEOUT, app, apply_app, condition, start_controller, wait_app, wait_deployed, wait_ready},
     eventually, flux,
 };
 use k8s_openapi::api::{
@@ -125,7 +125,7 @@ async fn install_reaches_ready_with_values_rendered_and_status_mirrored() -> any
     )
     .await?;
 
-    let ready = wait_ready(&ctx, "wiki", "True", "InstallSucceeded").await?;
+    let ready = wait_deployed(&ctx, "wiki", "InstallSucceeded", "0.1.0").await?;
     let status = ready.status.clone().expect("status");
     assert_eq!(status.deployed_chart_version.as_deref(), Some("0.1.0"));
     assert_eq!(status.app_version.as_deref(), Some("1.0.0"));
@@ -240,7 +240,7 @@ async fn upgrade_by_version_and_broken_upgrade_relays_flux_reasons() -> anyhow::
     apply_app(&ctx, &app("shop", "demo-app", "0.1.0", serde_json::json!({}))).await?;
     wait_ready(&ctx, "shop", "True", "InstallSucceeded").await?;
     apply_app(&ctx, &app("shop", "demo-app", "0.2.0", serde_json::json!({}))).await?;
-    let upgraded = wait_ready(&ctx, "shop", "True", "UpgradeSucceeded").await?;
+    let upgraded = wait_deployed(&ctx, "shop", "UpgradeSucceeded", "0.2.0").await?;
     assert_eq!(
         upgraded
             .status
@@ -270,6 +270,7 @@ async fn upgrade_by_version_and_broken_upgrade_relays_flux_reasons() -> anyhow::
         condition(a, "Ready").is_some_and(|(s, _, _)| s == "False")
             && condition(a, "Remediated").is_some_and(|(s, r, _)| s == "True" && r == "RollbackSucceeded")
             && condition(a, "Reconciling").is_none()
+            && a.status.as_ref().and_then(|s| s.deployed_chart_version.as_deref()) == Some("1.0.0")
     })
     .await?;
     let released = condition(&failed, "Released").expect("Released");
@@ -336,8 +337,8 @@ async fn depends_on_orders_installs() -> anyhow::Result<()> {
     );
 
     apply_app(&ctx, &app("database", "demo-app", "0.1.0", serde_json::json!({}))).await?;
-    let database = wait_ready(&ctx, "database", "True", "InstallSucceeded").await?;
-    let frontend = wait_ready(&ctx, "frontend", "True", "InstallSucceeded").await?;
+    let database = wait_deployed(&ctx, "database", "InstallSucceeded", "0.1.0").await?;
+    let frontend = wait_deployed(&ctx, "frontend", "InstallSucceeded", "0.1.0").await?;
     let deployed_at = |a: &ApplicationInstance| {
         a.status
             .as_ref()
