@@ -106,3 +106,16 @@ pub async fn wait_helm_release_failed(
     })
     .await
 }
+
+/// Waits until the HelmRelease exists (whatever its status).
+pub async fn wait_helm_release_exists(ctx: &TestContext, name: &str, timeout: Duration) -> anyhow::Result<()> {
+    let api = helm_releases(ctx);
+    eventually(ctx, &format!("HelmRelease {name} created"), timeout, || async {
+        Ok(api
+            .get_opt(name)
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| "no HelmRelease yet".to_string()))
+    })
+    .await
+}

@@ -427,14 +427,7 @@ async fn restart_mid_install_converges_without_duplicates() -> anyhow::Result<()
     let ctx = TestContext::new("app-restart").await?;
     let mut controller = start_controller(&ctx, &[]).await?;
     apply_app(&ctx, &app("crash", "hook-app", "1.0.0", serde_json::json!({}))).await?;
-    eventually(&ctx, "HelmRelease created", RELEASE_TIMEOUT, || async {
-        Ok(flux::helm_releases(&ctx)
-            .get_opt("crash")
-            .await?
-            .map(|_| ())
-            .ok_or_else(|| "no HelmRelease yet".to_string()))
-    })
-    .await?;
+    flux::wait_helm_release_exists(&ctx, "crash", RELEASE_TIMEOUT).await?;
     controller.kill().await?;
 
     let _controller = start_controller(&ctx, &[]).await?;
@@ -468,14 +461,7 @@ async fn deleting_the_namespace_mid_install_never_wedges() -> anyhow::Result<()>
     let ctx = TestContext::new("app-nsdel").await?;
     let _controller = start_controller(&ctx, &[]).await?;
     apply_app(&ctx, &app("doomed", "hook-app", "1.0.0", serde_json::json!({}))).await?;
-    eventually(&ctx, "HelmRelease created", RELEASE_TIMEOUT, || async {
-        Ok(flux::helm_releases(&ctx)
-            .get_opt("doomed")
-            .await?
-            .map(|_| ())
-            .ok_or_else(|| "no HelmRelease yet".to_string()))
-    })
-    .await?;
+    flux::wait_helm_release_exists(&ctx, "doomed", RELEASE_TIMEOUT).await?;
 
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(ctx.client.clone());
     namespaces.delete(&ctx.namespace, &DeleteParams::default()).await?;

@@ -28,6 +28,15 @@ fn materialized() -> Materialized {
     }
 }
 
+/// What materialising through Flux produced, with the engine's view (if any).
+fn flux<'a>(materialized: &'a Materialized, observation: Option<&'a Observation>) -> Assessment<'a> {
+    Assessment::Materialized {
+        engine: EngineKind::Flux,
+        materialized,
+        observation,
+    }
+}
+
 fn cond(type_: &str, status: &str, reason: &str, message: &str) -> EngineCondition {
     EngineCondition {
         type_: type_.into(),
@@ -78,15 +87,7 @@ fn engine_conditions_are_relayed_verbatim_once_observed() {
         cond("Ready", "ignored", "duplicate", "only the first of a type counts"),
     ]);
     let now = time("2026-11-21T10:00:00Z");
-    let s = next_status(
-        &app(3, None),
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: Some(&obs),
-        },
-        &now,
-    );
+    let s = next_status(&app(3, None), &flux(&m, Some(&obs)), &now);
     assert_eq!(s.observed_generation, Some(3));
     assert_eq!(
         triple(&s, "Ready"),
@@ -120,15 +121,7 @@ fn engine_conditions_are_relayed_verbatim_once_observed() {
 fn unknown_future_reasons_pass_through() {
     let m = materialized();
     let obs = observed(vec![cond("Ready", "False", "SomethingFluxAddsIn2027", "new")]);
-    let s = next_status(
-        &app(1, None),
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: Some(&obs),
-        },
-        &time("2026-11-21T10:00:00Z"),
-    );
+    let s = next_status(&app(1, None), &flux(&m, Some(&obs)), &time("2026-11-21T10:00:00Z"));
     assert_eq!(triple(&s, "Ready"), t("False", "SomethingFluxAddsIn2027", "new"));
 }
 
@@ -137,28 +130,12 @@ fn until_the_engine_observes_the_generation_we_report_awaiting_engine() {
     let m = materialized();
     let mut obs = observed(vec![cond("Ready", "True", "InstallSucceeded", "old generation")]);
     obs.observed_generation_current = false;
-    let s = next_status(
-        &app(2, None),
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: Some(&obs),
-        },
-        &time("2026-11-21T10:00:00Z"),
-    );
+    let s = next_status(&app(2, None), &flux(&m, Some(&obs)), &time("2026-11-21T10:00:00Z"));
     let msg = "HelmRelease team-a/wiki has not yet observed the latest desired state";
     assert_eq!(triple(&s, "Ready"), t("Unknown", "AwaitingEngine", msg));
     assert_eq!(triple(&s, "Reconciling"), t("True", "AwaitingEngine", msg));
 
-    let s = next_status(
-        &app(2, None),
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: None,
-        },
-        &time("2026-11-21T10:00:00Z"),
-    );
+    let s = next_status(&app(2, None), &flux(&m, None), &time("2026-11-21T10:00:00Z"));
     assert_eq!(triple(&s, "Ready").map(|c| c.1), Some("AwaitingEngine".to_string()));
 }
 
@@ -168,41 +145,17 @@ fn transition_time_moves_only_when_status_changes() {
     let t0 = time("2026-11-21T10:00:00Z");
     let t1 = time("2026-11-21T10:05:00Z");
     let obs = observed(vec![cond("Ready", "False", "InstallFailed", "first")]);
-    let first = next_status(
-        &app(1, None),
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: Some(&obs),
-        },
-        &t0,
-    );
+    let first = next_status(&app(1, None), &flux(&m, Some(&obs)), &t0);
 
     // Same status, new reason and message: time stays.
     let obs = observed(vec![cond("Ready", "False", "ArtifactFailed", "second")]);
-    let second = next_status(
-        &app(1, Some(first.clone())),
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: Some(&obs),
-        },
-        &t1,
-    );
+    let second = next_status(&app(1, Some(first.clone())), &flux(&m, Some(&obs)), &t1);
     assert_eq!(get(&second, "Ready").unwrap().last_transition_time, t0);
     assert_eq!(get(&second, "Ready").unwrap().reason, "ArtifactFailed");
 
     // Status flips: time moves.
     let obs = observed(vec![cond("Ready", "True", "InstallSucceeded", "ok")]);
-    let third = next_status(
-        &app(1, Some(second)),
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: Some(&obs),
-        },
-        &t1,
-    );
+    let third = next_status(&app(1, Some(second)), &flux(&m, Some(&obs)), &t1);
     assert_eq!(get(&third, "Ready").unwrap().last_transition_time, t1);
 }
 
@@ -224,11 +177,7 @@ fn an_unchanged_world_needs_no_write() {
             cond("Released", "True", "InstallSucceeded", "ok"),
         ])
     };
-    let assessment = Assessment::Materialized {
-        engine: EngineKind::Flux,
-        materialized: &m,
-        observation: Some(&obs),
-    };
+    let assessment = flux(&m, Some(&obs));
     let first = next_status(&app(1, None), &assessment, &time("2026-11-21T10:00:00Z"));
     let settled = app(1, Some(first.clone()));
     assert!(!needs_write(
@@ -284,15 +233,7 @@ fn source_problems_surface_with_the_sources_reason() {
         }),
         ..observed(vec![cond("Ready", "False", "ArtifactFailed", "HelmChart not ready")])
     };
-    let s = next_status(
-        &app(1, None),
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: Some(&obs),
-        },
-        &time("2026-11-21T10:00:00Z"),
-    );
+    let s = next_status(&app(1, None), &flux(&m, Some(&obs)), &time("2026-11-21T10:00:00Z"));
     assert_eq!(
         triple(&s, "SourceReady"),
         t(
@@ -315,15 +256,7 @@ fn suspended_keeps_ready_status_and_says_why() {
     ]);
     obs.observed_generation_current = false;
     obs.suspended = true;
-    let s = next_status(
-        &suspended,
-        &Assessment::Materialized {
-            engine: EngineKind::Flux,
-            materialized: &m,
-            observation: Some(&obs),
-        },
-        &time("2026-11-21T10:00:00Z"),
-    );
+    let s = next_status(&suspended, &flux(&m, Some(&obs)), &time("2026-11-21T10:00:00Z"));
     let ready = get(&s, "Ready").unwrap();
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Suspended"));
     assert!(ready.message.contains("UpgradeSucceeded"));
