@@ -23,6 +23,15 @@ pub const VERSION: &str = "v1alpha1";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].
 pub const MANAGED_BY: &str = "vworkspace-operator";
+/// `app.kubernetes.io/instance`: the owning ApplicationInstance on our objects, and the Helm
+/// release name on a chart's objects (the Helm chart convention).
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+/// `app.kubernetes.io/part-of`.
+pub const LABEL_PART_OF: &str = "app.kubernetes.io/part-of";
+/// Value of [`LABEL_PART_OF`].
+pub const PART_OF: &str = "vworkspace";
+/// `app.kubernetes.io/component`: what the object is to the application.
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
 
 use kube::CustomResourceExt;
 

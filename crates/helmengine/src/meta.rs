@@ -15,14 +15,8 @@ use std::collections::BTreeMap;
 
 use crate::EngineError;
 
-/// `app.kubernetes.io/instance`: the name of the owning ApplicationInstance.
-pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
-/// `app.kubernetes.io/part-of`.
-pub const LABEL_PART_OF: &str = "app.kubernetes.io/part-of";
-/// Value of [`LABEL_PART_OF`].
-pub const PART_OF: &str = "vworkspace";
-/// `app.kubernetes.io/component`: what the object is to the application.
-pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// The standard label keys live in the api crate, shared by every controller.
+pub use api::{LABEL_COMPONENT, LABEL_INSTANCE, LABEL_PART_OF, PART_OF};
 /// [`LABEL_COMPONENT`] of the object the engine reconciles (a Flux HelmRelease).
 pub const COMPONENT_HELM_RELEASE: &str = "helm-release";
 /// [`LABEL_COMPONENT`] of the chart source we manage (a Flux HelmRepository or OCIRepository).

@@ -223,7 +223,7 @@ pub fn history_config_map(app: &ApplicationInstance, history: &[AppRevision]) ->
             "labels": {
                 LABEL_MANAGED_BY: MANAGED_BY,
                 LABEL_APPLICATION: name,
-                "app.kubernetes.io/component": "revision-history",
+                api::LABEL_COMPONENT: "revision-history",
             },
             "ownerReferences": [{
                 "apiVersion": format!("{}/{}", api::GROUP, api::VERSION),

@@ -56,7 +56,7 @@ use api::conditions::operation_reasons;
 /// API version of Velero's objects.
 pub const API_VERSION: &str = "velero.io/v1";
 /// Label selecting a Helm release's objects (the Helm chart convention).
-pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+pub use api::LABEL_INSTANCE;
 /// Resources never backed up or restored for an application (see the module docs).
 pub const EXCLUDED_RESOURCES: [&str; 7] = [
     "operations.vworkspace.io",
