@@ -40,9 +40,10 @@ pub struct ApplicationInstanceSpec {
     /// The Helm chart to deploy and where it comes from.
     pub chart: ChartSpec,
 
-    /// Inline Helm values, merged on top of `valuesFrom`.
+    /// Inline Helm values, merged on top of `valuesFrom`. One document for server-side apply
+    /// (atomic): an apply replaces it whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "schema::free_form_object")]
+    #[schemars(schema_with = "schema::atomic_free_form_object")]
     pub values: Option<serde_json::Value>,
 
     /// Values taken from Secrets or ConfigMaps in the same namespace, merged in list order.

@@ -104,6 +104,8 @@ pub mod operation_reasons {
     pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
     /// Failed: the backup to restore from does not exist or did not succeed.
     pub const BACKUP_NOT_FOUND: &str = "BackupNotFound";
+    /// Failed: an Upgrade's pre-upgrade backup (`backupFirst`) did not succeed; nothing was changed.
+    pub const BACKUP_FAILED: &str = "BackupFailed";
     /// Failed: the payload asks for something this engine does not do (yet).
     pub const NOT_SUPPORTED: &str = "NotSupported";
     /// Failed: the payload cannot be acted on (e.g. a Job spec that does not parse).

@@ -32,6 +32,10 @@ pub const LABEL_PART_OF: &str = "app.kubernetes.io/part-of";
 pub const PART_OF: &str = "vworkspace";
 /// `app.kubernetes.io/component`: what the object is to the application.
 pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// Annotation on an ApplicationInstance: the name of an Operation (same namespace) that
+/// holds its release suspended while it runs (a Restore, so Flux does not fight it). Set
+/// and removed by that Operation's engine; ignored once the Operation has ended or is gone.
+pub const ANNOTATION_SUSPENDED_BY: &str = "vworkspace.io/suspended-by-operation";
 
 use kube::CustomResourceExt;
 

@@ -19,6 +19,18 @@ pub fn free_form_object(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// A free-form JSON object that server-side apply treats as one value
+/// (`x-kubernetes-map-type: atomic`): whoever applies it owns all of it, and an apply
+/// replaces it whole, so keys dropped by the applier disappear. Used for Helm values,
+/// which are one document (ADR 0004).
+pub fn atomic_free_form_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "x-kubernetes-map-type": "atomic",
+    })
+}
+
 /// `metav1.Condition` list, keyed by `type` so server-side apply merges per condition.
 pub fn conditions(_: &mut SchemaGenerator) -> Schema {
     json_schema!({

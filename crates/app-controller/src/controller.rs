@@ -56,7 +56,9 @@ pub async fn run(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
-            predicates::generation.combine(predicates::finalizers),
+            predicates::generation
+                .combine(predicates::finalizers)
+                .combine(suspended_by_annotation),
             Default::default(),
         );
 
@@ -122,6 +124,15 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+/// Changes of the Operation-held suspension wake the reconciler (annotations do not move
+/// the generation).
+fn suspended_by_annotation(app: &DeserializeGuard<ApplicationInstance>) -> Option<u64> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    app.annotations().get(api::ANNOTATION_SUSPENDED_BY).hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// ApplicationInstances (same namespace) that reference the Secret/ConfigMap `meta`.

@@ -224,8 +224,10 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
         .await;
     }
 
+    let suspended_by = suspending_operation(&ctx.client, &app).await?;
     let input = MaterializeInput {
         values_revision: resolved.token,
+        suspended_by: suspended_by.clone(),
     };
     let materialized = match engine.materialize(&app, &input).await {
         Ok(m) => m,
@@ -242,9 +244,27 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
         engine: kind,
         materialized: &materialized,
         observation: observation.as_ref(),
+        suspended_by: suspended_by.as_deref(),
     };
     write_status(api, &app, ctx, &assessment).await?;
-    Ok(Action::requeue(RESYNC))
+    // The Operation holding the release may be deleted without touching this object.
+    Ok(Action::requeue(if suspended_by.is_some() { RECHECK } else { RESYNC }))
+}
+
+/// The Operation named by the `vworkspace.io/suspended-by-operation` annotation, if it
+/// still exists and has not ended. A stale annotation (its Operation deleted or finished)
+/// suspends nothing, so a crashed engine can never leave a release frozen.
+async fn suspending_operation(client: &Client, app: &ApplicationInstance) -> Result<Option<String>, Error> {
+    let Some(name) = app.annotations().get(api::ANNOTATION_SUSPENDED_BY) else {
+        return Ok(None);
+    };
+    let ops: Api<api::Operation> = Api::namespaced(client.clone(), &app.namespace().unwrap_or_default());
+    let holding = ops.get_opt(name).await?.is_some_and(|op| {
+        !op.status
+            .and_then(|s| s.phase)
+            .is_some_and(api::OperationPhase::is_terminal)
+    });
+    Ok(holding.then(|| name.clone()))
 }
 
 async fn cleanup(

@@ -37,6 +37,8 @@ pub enum Assessment<'a> {
         engine: EngineKind,
         materialized: &'a Materialized,
         observation: Option<&'a Observation>,
+        /// An Operation (e.g. a Restore) that holds the release suspended while it runs.
+        suspended_by: Option<&'a str>,
     },
     /// Deletion in progress: the engine is uninstalling the release.
     Uninstalling { message: String },
@@ -76,6 +78,7 @@ pub fn next_status(app: &ApplicationInstance, assessment: &Assessment<'_>, now: 
             engine,
             materialized,
             observation,
+            suspended_by,
         } => {
             status.engine = Some(engine.as_str().to_string());
             status.engine_ref = Some(materialized.engine_ref.clone());
@@ -96,7 +99,12 @@ pub fn next_status(app: &ApplicationInstance, assessment: &Assessment<'_>, now: 
                         _ => conds.remove(types::SOURCE_READY),
                     }
                     if app.spec.suspend {
-                        conds.suspended(obs);
+                        conds.suspended(obs, "spec.suspend is true");
+                    } else if let Some(operation) = suspended_by {
+                        conds.suspended(
+                            obs,
+                            &format!("Operation {operation} holds the release suspended while it runs"),
+                        );
                     } else if !obs.observed_generation_current {
                         conds.awaiting(&format!(
                             "{engine_object} has not yet observed the latest desired state"
@@ -189,7 +197,7 @@ impl Conditions<'_> {
 
     /// Suspended: the engine does not reconcile, so its conditions are frozen. Ready keeps
     /// its status (and so its transition time) and says why nothing moves.
-    fn suspended(&mut self, obs: &Observation) {
+    fn suspended(&mut self, obs: &Observation, why: &str) {
         let (status, last) = match obs.condition(types::READY) {
             Some(c) => (
                 c.status.clone(),
@@ -197,7 +205,7 @@ impl Conditions<'_> {
             ),
             None => ("Unknown".to_string(), String::new()),
         };
-        let message = format!("spec.suspend is true: the release is not reconciled{last}");
+        let message = format!("{why}: the release is not reconciled{last}");
         self.set(types::READY, &status, reasons::SUSPENDED, &message);
         self.remove(types::RECONCILING);
     }

@@ -61,6 +61,10 @@ pub struct MaterializeInput {
     /// a timestamp: an unchanged token writes nothing, so the system is quiet
     /// at rest. `None` means "no referenced objects" and writes no trigger.
     pub values_revision: Option<String>,
+    /// An Operation (by name, in the application's namespace) that holds the release
+    /// suspended while it runs, e.g. a Restore, so Flux does not fight it. The release is
+    /// materialised suspended, as with `spec.suspend: true`.
+    pub suspended_by: Option<String>,
 }
 
 /// What [`Engine::materialize`] wrote.

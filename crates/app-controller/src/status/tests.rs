@@ -34,6 +34,7 @@ fn flux<'a>(materialized: &'a Materialized, observation: Option<&'a Observation>
         engine: EngineKind::Flux,
         materialized,
         observation,
+        suspended_by: None,
     }
 }
 

@@ -97,7 +97,11 @@ enum ChartSource<'a> {
 pub fn helm_release(app: &ApplicationInstance, input: &MaterializeInput) -> Result<DynamicObject, EngineError> {
     let id = AppId::of(app)?;
     let source = chart_source(&app.spec.chart)?;
-    let spec = release_spec(app, id, source)?;
+    let mut spec = release_spec(app, id, source)?;
+    if input.suspended_by.is_some() {
+        // An Operation (a Restore) holds the release still while it runs.
+        spec["suspend"] = json!(true);
+    }
     let mut hr = new_object(app, id, HELM_RELEASE, COMPONENT_HELM_RELEASE)?.data(json!({ "spec": spec }));
     if let Some(token) = &input.values_revision {
         hr.metadata.annotations = Some([(ANNOTATION_REQUESTED_AT.to_owned(), token.clone())].into());

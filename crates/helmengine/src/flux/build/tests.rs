@@ -266,6 +266,7 @@ fn full_example_golden() {
 
     let input = MaterializeInput {
         values_revision: Some("wiki-db=4711,wiki-defaults=42".into()),
+        ..Default::default()
     };
     let release = helm_release(&app(spec), &input).expect("valid spec");
     let mut metadata = metadata("helm-release");
@@ -389,6 +390,7 @@ fn values_revision_becomes_requested_at_only_when_set() {
     assert_eq!(release_json(spec.clone())["metadata"].get("annotations"), None);
     let input = MaterializeInput {
         values_revision: Some("rv-17".into()),
+        ..Default::default()
     };
     let release = to_json(&helm_release(&app(spec), &input).expect("valid spec"));
     assert_eq!(
@@ -420,6 +422,7 @@ fn output_is_deterministic() {
     spec.values = Some(json!({"z": 1, "a": {"y": 2, "b": 3}}));
     let input = MaterializeInput {
         values_revision: Some("t".into()),
+        ..Default::default()
     };
     let render = || {
         let release = helm_release(&app(spec.clone()), &input).expect("valid spec");

@@ -171,6 +171,7 @@ async fn materialize_http_applies_source_then_release_with_our_field_manager() {
     let app = app(repo_spec("https://charts.example.com", Some("6.2.1")));
     let input = MaterializeInput {
         values_revision: Some("rv-1".into()),
+        ..Default::default()
     };
     let built_source = serde_json::to_value(build::source(&app).expect("valid")).expect("json");
     let built_release = serde_json::to_value(build::helm_release(&app, &input).expect("valid")).expect("json");
