@@ -75,8 +75,10 @@ pub fn next_revision(history: &[AppRevision]) -> i64 {
 /// and the number of the revision that holds that state.
 ///
 /// Idempotent, so an engine that restarts mid-way records nothing twice: a revision already
-/// recorded by the same Operation is returned as it is, and a state equal to the newest
-/// revision's is not recorded again.
+/// recorded by the same Operation is returned as it is, and a baseline (no Operation) equal
+/// to the newest revision's state is not recorded again. A state applied by an Operation is
+/// always recorded under its name, even when it equals the newest state: the engine finds
+/// its target again by the Operation's name after a restart.
 pub fn record(
     history: &[AppRevision],
     chart_version: &str,
@@ -90,7 +92,8 @@ pub fn record(
     {
         return (history.clone(), existing.number);
     }
-    if let Some(newest) = history.last()
+    if operation.is_none()
+        && let Some(newest) = history.last()
         && newest.chart_version == chart_version
         && newest.values == *values
     {
