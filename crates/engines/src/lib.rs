@@ -1,0 +1,23 @@
+//! The day-2 engines: one Operation controller runtime ([`runtime`]) shared by every
+//! engine, and one [`Driver`] per Operation type. The pure rules (lifecycle gate, status,
+//! child objects and their phase mappings, revision history) live in the `operations`
+//! crate; this crate is the thin layer that reads the cluster, calls them, applies what
+//! they return and writes the status they compute.
+//!
+//! | Binary | Drivers |
+//! |---|---|
+//! | `backup-engine` | [`backup::BackupDriver`], [`snapshot::SnapshotDriver`] |
+//! | `restore-engine` | [`restore::RestoreDriver`] |
+//! | `upgrade-engine` | [`upgrade::UpgradeDriver`], [`upgrade::RollbackDriver`] |
+//! | `runbook-engine` | [`runbook::RunbookDriver`] |
+
+pub mod backup;
+pub mod children;
+pub mod cli;
+pub mod restore;
+pub mod runbook;
+pub mod runtime;
+pub mod snapshot;
+pub mod upgrade;
+
+pub use runtime::{Cx, Driver, DriverError, Watch};

@@ -1,0 +1,198 @@
+//! Restore: a Velero `Restore` from a Backup Operation or a named Velero Backup into the
+//! application's target namespace. The application's HelmRelease is held suspended while
+//! the restore runs (annotation `vworkspace.io/suspended-by-operation` on the
+//! ApplicationInstance, honoured by the app controller while this Operation has not
+//! ended), so Flux does not fight the restored objects.
+
+use std::time::Duration;
+
+use api::{
+    ANNOTATION_SUSPENDED_BY, ApplicationInstance, Operation, OperationType,
+    conditions::{operation_reasons, reasons, types},
+};
+use controller_kit::WriteVerb;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
+use operations::{
+    Outcome, Progress,
+    meta::{self, OpId},
+    velero::{self, VeleroKind},
+};
+use serde_json::{Value, json};
+
+use crate::backup::{require_velero, velero_backups, velero_restores, velero_target};
+use crate::children::{self, Child};
+use crate::runtime::{Cx, Driver, DriverError, Watch};
+
+/// Drives Restore Operations through Velero.
+#[derive(Debug, Clone)]
+pub struct RestoreDriver {
+    /// Namespace Velero runs in.
+    pub velero_namespace: String,
+}
+
+impl RestoreDriver {
+    /// The Velero Backup to restore from, or why there is none (`BackupNotFound`).
+    async fn source_backup(&self, cx: &Cx) -> Result<String, DriverError> {
+        let Some(params) = cx.op.spec.restore.as_ref() else {
+            return Err(operations::Error::InvalidSpec("spec.restore is missing".into()).into());
+        };
+        if let Some(operation) = &params.source.operation_name {
+            let ops: Api<Operation> = Api::namespaced(cx.client.clone(), cx.namespace());
+            let source = ops.get_opt(operation).await?;
+            return Ok(velero::backup_name_of(operation, cx.namespace(), source.as_ref())?);
+        }
+        let name = params.source.velero_backup_name.clone().unwrap_or_default();
+        let backup = children::get(&cx.client, &velero_backups(), &self.velero_namespace, &name).await?;
+        let phase = backup
+            .as_ref()
+            .and_then(|b| b.pointer("/status/phase"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match (backup.is_some(), phase) {
+            (true, "Completed") => Ok(name),
+            (false, _) => Err(operations::Error::BackupNotFound(format!(
+                "Velero Backup {}/{name} not found",
+                self.velero_namespace
+            ))
+            .into()),
+            (true, phase) => Err(operations::Error::BackupNotFound(format!(
+                "Velero Backup {}/{name} is not Completed (phase {phase:?})",
+                self.velero_namespace
+            ))
+            .into()),
+        }
+    }
+}
+
+/// Sets (`Some`) or releases (`None`) the suspension of the application by this Operation.
+async fn hold(cx: &Cx, app: &ApplicationInstance, holder: Option<&str>) -> Result<(), DriverError> {
+    let current = app
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_SUSPENDED_BY));
+    let me = cx.op.metadata.name.as_deref().unwrap_or_default();
+    match holder {
+        Some(name) if current.map(String::as_str) == Some(name) => return Ok(()),
+        // Only release what this Operation holds.
+        None if current.map(String::as_str) != Some(me) => return Ok(()),
+        _ => {}
+    }
+    let name = app.metadata.name.clone().unwrap_or_default();
+    let annotations = holder.map_or_else(|| json!({}), |h| json!({ ANNOTATION_SUSPENDED_BY: h }));
+    let patch = json!({
+        "apiVersion": "vworkspace.io/v1alpha1",
+        "kind": "ApplicationInstance",
+        "metadata": {"name": name, "namespace": cx.namespace(), "annotations": annotations},
+    });
+    cx.metrics.api_write(WriteVerb::Apply, "ApplicationInstance");
+    Api::<ApplicationInstance>::namespaced(cx.client.clone(), cx.namespace())
+        .patch(
+            &name,
+            &PatchParams::apply(cx.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Whether the app controller reports the release suspended by `operation`.
+fn suspended_by(app: &ApplicationInstance, operation: &str) -> bool {
+    app.status.as_ref().is_some_and(|status| {
+        status.observed_generation == app.metadata.generation
+            && status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == types::READY && c.reason == reasons::SUSPENDED && c.message.contains(operation))
+    })
+}
+
+impl Driver for RestoreDriver {
+    fn op_type(&self) -> OperationType {
+        OperationType::Restore
+    }
+
+    fn watches(&self) -> Vec<Watch> {
+        vec![
+            Watch::Labelled {
+                resource: velero_restores(),
+                namespace: Some(self.velero_namespace.clone()),
+            },
+            Watch::Applications,
+        ]
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+
+    async fn validate(&self, cx: &Cx) -> Result<Option<Outcome>, DriverError> {
+        if let Some(refusal) = require_velero(cx, VeleroKind::Restore).await? {
+            return Ok(Some(refusal));
+        }
+        self.source_backup(cx).await?;
+        Ok(None)
+    }
+
+    async fn drive(&self, cx: &Cx) -> Result<Outcome, DriverError> {
+        let id = OpId::of(&cx.op)?;
+        let name = velero::object_name(&id);
+        let existing = children::get(&cx.client, &velero_restores(), &self.velero_namespace, &name).await?;
+        let restore = match existing {
+            Some(existing) if meta::is_child_of(&existing, &id) => Some(existing),
+            Some(_) => {
+                return Ok(children::foreign(format!(
+                    "Velero Restore {}/{name} already exists and was not created by this Operation",
+                    self.velero_namespace
+                )));
+            }
+            None => None,
+        };
+
+        let Some(restore) = restore else {
+            // Not created yet: hold the release still first, then create the Restore.
+            let Some(app) = cx.app.as_ref() else {
+                return Ok(Outcome::failed(
+                    operation_reasons::APPLICATION_NOT_FOUND,
+                    "the ApplicationInstance was deleted before the restore started",
+                ));
+            };
+            hold(cx, app, Some(id.name)).await?;
+            if !suspended_by(app, id.name) {
+                return Ok(Outcome::Running {
+                    message: "waiting for the app controller to suspend the HelmRelease".into(),
+                    children: Vec::new(),
+                });
+            }
+            let backup = self.source_backup(cx).await?;
+            let Some(target) = velero_target(cx).await? else {
+                return Ok(Outcome::failed(
+                    operation_reasons::APPLICATION_NOT_FOUND,
+                    "the ApplicationInstance is gone",
+                ));
+            };
+            let object = velero::restore_object(&cx.op, &backup, &target, &self.velero_namespace)?;
+            return Ok(match children::ensure(cx, &velero_restores(), &object).await? {
+                Child::Ours(restore) => Outcome::Running {
+                    message: format!("Velero Restore {name} created from Backup {backup}"),
+                    children: meta::reference_of(&restore).into_iter().collect(),
+                },
+                Child::Foreign(message) => children::foreign(message),
+            });
+        };
+
+        let reference: Vec<_> = meta::reference_of(&restore).into_iter().collect();
+        let progress = velero::map_restore(&restore);
+        if matches!(progress, Progress::Running { .. }) {
+            return Ok(progress.into_outcome(reference));
+        }
+        // Done: give the release back to Flux before reporting the end.
+        if let Some(app) = cx.app.as_ref() {
+            hold(cx, app, None).await?;
+        }
+        Ok(progress.into_outcome(reference))
+    }
+}

@@ -1,0 +1,623 @@
+//! The Operation controller every engine runs, once per Operation type it handles.
+//!
+//! Per reconcile (`docs/day-2-operations.md`, "Lifecycle"):
+//!
+//! 1. malformed object, not the leader, terminal → nothing;
+//! 2. namespace outside the allow-list → `Failed NamespaceNotAllowed`;
+//! 3. the application's Operations are listed fresh from the API server (not a cache), and
+//!    [`operations::lifecycle::gate`] decides; a duplicate ends at once;
+//! 4. not started yet: the application must exist and its target namespace be allowed,
+//!    and the [`Driver`] validates its payload; then deadline, `notBefore` and the queue;
+//! 5. starting is a *claim*: the status write that sets `startTime` carries the
+//!    Operation's `resourceVersion`, so an engine acting on a stale copy loses with a
+//!    conflict instead of starting twice;
+//! 6. the driver creates or reads its children and reports an [`Outcome`];
+//! 7. the status is written only when it changed (no writes at rest).
+
+use std::{
+    future::Future,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use api::{
+    ApplicationInstance, LABEL_MANAGED_BY, MANAGED_BY, Operation, OperationPhase, OperationStatus, OperationType,
+    conditions::operation_reasons,
+};
+use controller_kit::{CancellationToken, ControllerMetrics, LeaderGate, Readiness, WatchScope, WriteVerb};
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
+    core::DeserializeGuard,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::{Action, Config},
+        events::{Event, EventType, Recorder},
+        predicates,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use operations::{Gate, Outcome, Siblings, lifecycle, meta, status};
+use tracing::{debug, info, instrument, warn};
+
+/// How often a queued Operation looks at its siblings again. Operations of other engines
+/// are not watched (each engine watches only its own types), so a queue advances by polling.
+const QUEUE_POLL: Duration = Duration::from_secs(2);
+
+/// Errors of one reconcile. Kubernetes errors are retried with backoff; domain errors are
+/// permanent (the spec is immutable) and end the Operation `Failed` instead.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The Operation cannot be acted on (its reason comes from the error).
+    #[error(transparent)]
+    Domain(#[from] operations::Error),
+    /// A transient condition worth retrying, e.g. an object not readable yet.
+    #[error("{0}")]
+    Retry(String),
+}
+
+impl DriverError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            DriverError::Kube(_) => "kube",
+            DriverError::Domain(_) => "domain",
+            DriverError::Retry(_) => "retry",
+        }
+    }
+}
+
+/// What an engine watches besides its Operations, to be woken when the driven work moves.
+#[derive(Clone, Debug)]
+pub enum Watch {
+    /// Objects with a controller owner reference to an Operation (Jobs, child Operations).
+    Owned(ApiResource),
+    /// Objects linked to their Operation by our labels only, because they live in another
+    /// namespace (Velero Backups and Restores in Velero's namespace).
+    Labelled {
+        /// The kind.
+        resource: ApiResource,
+        /// Namespace to watch (`None`: all).
+        namespace: Option<String>,
+    },
+    /// ApplicationInstances: a change wakes the application's unfinished Operations.
+    Applications,
+}
+
+/// One Operation type's behaviour. The runtime owns the lifecycle; a driver only checks
+/// its payload and drives its children.
+pub trait Driver: Send + Sync + 'static {
+    /// The Operation type this driver acts on.
+    fn op_type(&self) -> OperationType;
+
+    /// Extra watches (children, applications).
+    fn watches(&self) -> Vec<Watch> {
+        Vec::new()
+    }
+
+    /// While Running, look again this often even when no watch fires.
+    fn poll_interval(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
+    /// Checks only this engine can make before the Operation starts (payload, referenced
+    /// objects, driven controller installed). `Some(outcome)` ends the Operation
+    /// (a failure with a reason); `None` lets it go on to the schedule checks.
+    fn validate(&self, cx: &Cx) -> impl Future<Output = Result<Option<Outcome>, DriverError>> + Send;
+
+    /// Creates (idempotently) and reads the children; reports where the work stands.
+    fn drive(&self, cx: &Cx) -> impl Future<Output = Result<Outcome, DriverError>> + Send;
+}
+
+/// What a driver gets for one reconcile.
+pub struct Cx {
+    /// Client with the engine's identity.
+    pub client: Client,
+    /// The Operation (without `managedFields`).
+    pub op: Operation,
+    /// Its ApplicationInstance, if it exists.
+    pub app: Option<ApplicationInstance>,
+    /// The other Operations of the application, fresh from the API server.
+    pub siblings: Vec<Operation>,
+    /// Namespace allow-list and watch scope.
+    pub scope: WatchScope,
+    /// Field manager of every write.
+    pub field_manager: &'static str,
+    /// Write counters.
+    pub metrics: ControllerMetrics,
+    /// The time of this reconcile.
+    pub now: Timestamp,
+}
+
+impl Cx {
+    /// The Operation's namespace.
+    pub fn namespace(&self) -> &str {
+        self.op.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    /// The namespace the application's release lives in.
+    pub fn target_namespace(&self) -> Option<&str> {
+        self.app
+            .as_ref()
+            .map(|app| app.spec.target_namespace_or(self.namespace()))
+    }
+}
+
+/// Settings shared by every controller of one engine binary.
+#[derive(Clone)]
+pub struct EngineSettings {
+    /// Binary name, also the event reporter.
+    pub name: &'static str,
+    /// Field manager of every write.
+    pub field_manager: &'static str,
+    /// Namespace allow-list and watch scope.
+    pub scope: WatchScope,
+    /// Parallel reconciles per controller.
+    pub concurrency: u16,
+    /// Only the leader writes.
+    pub gate: LeaderGate,
+    /// Metrics of the binary.
+    pub metrics: controller_kit::Metrics,
+    /// Event recorder.
+    pub recorder: Recorder,
+}
+
+/// Marks the binary ready once every controller's cache has synced.
+#[derive(Clone)]
+pub struct SyncTracker {
+    remaining: Arc<AtomicUsize>,
+    readiness: Readiness,
+}
+
+impl SyncTracker {
+    /// Ready after `controllers` controllers reported synced.
+    pub fn new(controllers: usize, readiness: Readiness) -> Self {
+        Self {
+            remaining: Arc::new(AtomicUsize::new(controllers)),
+            readiness,
+        }
+    }
+
+    fn synced(&self) {
+        if self.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.readiness.set_ready();
+        }
+    }
+}
+
+struct Context<D> {
+    driver: D,
+    client: Client,
+    settings: EngineSettings,
+    metrics: ControllerMetrics,
+    failures: Mutex<std::collections::HashMap<ObjectRef<DeserializeGuard<Operation>>, u32>>,
+}
+
+type OpRef = ObjectRef<DeserializeGuard<Operation>>;
+
+/// Runs the controller for `driver`'s Operation type until `shutdown`.
+pub async fn run<D: Driver>(
+    client: Client,
+    driver: D,
+    settings: EngineSettings,
+    synced: SyncTracker,
+    shutdown: CancellationToken,
+) {
+    let op_type = driver.op_type();
+    let controller_name = controller_name(op_type);
+    let metrics = settings.metrics.controller(controller_name);
+    metrics.declare_write(WriteVerb::Apply, "Operation");
+    let scope = settings.scope.clone();
+
+    // Only this engine's type: the API server filters (selectable field `spec.type`).
+    let ops: Api<DeserializeGuard<Operation>> = scope.api(client.clone());
+    let selector = format!("spec.type={}", op_type.as_str());
+    let (reader, writer) = reflector::store();
+    let op_stream = watcher(ops, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .modify(|op| op.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects()
+        // Our own status writes do not change the generation: they do not wake us.
+        .predicate_filter(predicates::generation, Default::default());
+
+    let ready_reader = reader.clone();
+    tokio::spawn(async move {
+        // The store's readiness signal wakes only its most recent waiter (the Controller
+        // waits on it too), so poll with a timeout.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(500), ready_reader.wait_until_ready()).await {
+                Ok(Ok(())) => break,
+                Ok(Err(_)) => return,
+                Err(_) => continue,
+            }
+        }
+        info!(r#type = op_type.as_str(), "Operation cache synced");
+        synced.synced();
+    });
+
+    let mut controller = Controller::for_stream(op_stream, reader.clone());
+    for watch in driver.watches() {
+        controller = match watch {
+            Watch::Owned(resource) => {
+                let api: Api<DynamicObject> = match scope.watch_namespace() {
+                    Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+                    None => Api::all_with(client.clone(), &resource),
+                };
+                let config = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+                controller.owns_with(api, resource, config)
+            }
+            Watch::Labelled { resource, namespace } => {
+                let api: Api<DynamicObject> = match &namespace {
+                    Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+                    None => Api::all_with(client.clone(), &resource),
+                };
+                let config = watcher::Config::default().labels(&format!(
+                    "{LABEL_MANAGED_BY}={MANAGED_BY},{}={}",
+                    meta::LABEL_OPERATION_TYPE,
+                    op_type.as_str()
+                ));
+                controller.watches_with(api, resource, config, |object: DynamicObject| {
+                    let labels = object.labels();
+                    let name = labels.get(meta::LABEL_OPERATION)?;
+                    let namespace = labels.get(meta::LABEL_OPERATION_NAMESPACE)?;
+                    Some(OpRef::new(name).within(namespace))
+                })
+            }
+            Watch::Applications => {
+                let apps: Api<DeserializeGuard<ApplicationInstance>> = scope.api(client.clone());
+                let store = reader.clone();
+                controller.watches(apps, watcher::Config::default(), move |app| {
+                    operations_of(&store, app.namespace().as_deref(), &app.name_any())
+                })
+            }
+        };
+    }
+
+    let ctx = Arc::new(Context {
+        driver,
+        client,
+        metrics,
+        settings: settings.clone(),
+        failures: Mutex::default(),
+    });
+    controller
+        .with_config(Config::default().concurrency(settings.concurrency))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile::<D>, error_policy::<D>, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, action)) => debug!(%object, ?action, "reconciled"),
+                Err(e) => warn!(error = %e, "controller event"),
+            }
+        })
+        .await;
+    info!(r#type = op_type.as_str(), "controller stopped");
+}
+
+/// Unfinished Operations (in `store`) of the application `namespace/app`.
+fn operations_of(store: &Store<DeserializeGuard<Operation>>, namespace: Option<&str>, app: &str) -> Vec<OpRef> {
+    store
+        .state()
+        .into_iter()
+        .filter(|guard| guard.namespace().as_deref() == namespace)
+        .filter(|guard| {
+            guard.0.as_ref().is_ok_and(|op| {
+                op.spec.application_ref.name == app
+                    && !op
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.phase)
+                        .is_some_and(OperationPhase::is_terminal)
+            })
+        })
+        .map(|guard| ObjectRef::from_obj(&*guard))
+        .collect()
+}
+
+/// Name of the controller for `op_type` in metrics and logs.
+pub fn controller_name(op_type: OperationType) -> &'static str {
+    match op_type {
+        OperationType::Backup => "operation-backup",
+        OperationType::Restore => "operation-restore",
+        OperationType::Snapshot => "operation-snapshot",
+        OperationType::Upgrade => "operation-upgrade",
+        OperationType::Rollback => "operation-rollback",
+        OperationType::Runbook => "operation-runbook",
+    }
+}
+
+fn error_policy<D: Driver>(
+    guard: Arc<DeserializeGuard<Operation>>,
+    error: &DriverError,
+    ctx: Arc<Context<D>>,
+) -> Action {
+    ctx.metrics.reconcile_failure(error.metric_label());
+    let attempts = ctx
+        .failures
+        .lock()
+        .map(|mut f| {
+            let n = f.entry(ObjectRef::from_obj(&*guard)).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        })
+        .unwrap_or(1);
+    let delay = Duration::from_millis(500u64 << attempts.min(10)).min(Duration::from_secs(300));
+    warn!(error = %error, attempts, ?delay, "reconcile failed; retrying");
+    Action::requeue(delay)
+}
+
+#[instrument(skip_all, fields(namespace = guard.namespace().unwrap_or_default(), name = guard.name_any()))]
+async fn reconcile<D: Driver>(
+    guard: Arc<DeserializeGuard<Operation>>,
+    ctx: Arc<Context<D>>,
+) -> Result<Action, DriverError> {
+    let _timer = ctx.metrics.reconcile_timer();
+    let op = match &guard.0 {
+        Ok(op) => op.clone(),
+        Err(invalid) => {
+            warn!(error = %invalid.error, "Operation does not match this engine's schema; skipping");
+            return Ok(Action::await_change());
+        }
+    };
+    if !ctx.settings.gate.is_leader() {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    if op
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(OperationPhase::is_terminal)
+    {
+        return Ok(Action::await_change());
+    }
+    let action = step(op, &ctx).await?;
+    if let Ok(mut failures) = ctx.failures.lock() {
+        failures.remove(&ObjectRef::from_obj(&*guard));
+    }
+    Ok(action)
+}
+
+async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, DriverError> {
+    let namespace = op.namespace().unwrap_or_default();
+    let ops: Api<Operation> = Api::namespaced(ctx.client.clone(), &namespace);
+    let now = Timestamp::now();
+
+    if !ctx.settings.scope.allows(&namespace) {
+        let message = format!("namespace {namespace} is not allowed ({})", ctx.settings.scope.policy());
+        let outcome = Outcome::failed(operation_reasons::NAMESPACE_NOT_ALLOWED, message);
+        return finish(&ops, &op, outcome, ctx, now, None).await;
+    }
+
+    // Fresh from the API server: the queue decision must not rest on a stale cache.
+    let app_name = &op.spec.application_ref.name;
+    let siblings: Vec<Operation> = ops
+        .list(&ListParams::default().fields(&format!("spec.applicationRef.name={app_name}")))
+        .await?
+        .items;
+    let view = Siblings::of(&op, &siblings);
+    let gate = lifecycle::gate(&op, now, &view);
+    if gate == Gate::Terminal {
+        return Ok(Action::await_change());
+    }
+    if let Gate::Duplicate { .. } = gate {
+        let outcome = gate.outcome(&op, &view).expect("a duplicate has an outcome");
+        return finish(&ops, &op, outcome, ctx, now, None).await;
+    }
+
+    let apps: Api<ApplicationInstance> = Api::namespaced(ctx.client.clone(), &namespace);
+    let app = apps.get_opt(app_name).await?;
+    let started = op.status.as_ref().is_some_and(|s| s.start_time.is_some());
+    let mut cx = Cx {
+        client: ctx.client.clone(),
+        op,
+        app,
+        siblings,
+        scope: ctx.settings.scope.clone(),
+        field_manager: ctx.settings.field_manager,
+        metrics: ctx.metrics.clone(),
+        now,
+    };
+
+    if !started {
+        if let Some(refusal) = refuse(&cx, ctx).await? {
+            return finish(&ops, &cx.op, refusal, ctx, now, None).await;
+        }
+        match &gate {
+            Gate::Expired | Gate::WaitUntil(_) | Gate::Queued { .. } => {
+                let outcome = gate.outcome(&cx.op, &view).expect("a waiting gate has an outcome");
+                let wake = lifecycle::wake_at(&cx.op, now).map(|at| until(now, at));
+                let requeue = match gate {
+                    Gate::Queued { .. } => Some(wake.map_or(QUEUE_POLL, |w| w.min(QUEUE_POLL))),
+                    _ => wake,
+                };
+                return finish(&ops, &cx.op, outcome, ctx, now, requeue).await;
+            }
+            _ => {}
+        }
+        cx.op = claim(&ops, &cx.op, ctx, now).await?;
+    }
+
+    let outcome = match ctx.driver.drive(&cx).await {
+        Ok(outcome) => outcome,
+        Err(DriverError::Domain(e)) => e.outcome(),
+        Err(e) => return Err(e),
+    };
+    let poll = ctx.driver.poll_interval();
+    finish(&ops, &cx.op, outcome, ctx, now, Some(poll)).await
+}
+
+/// The engine's own checks before an Operation starts: application, target namespace,
+/// then the driver's payload checks.
+async fn refuse<D: Driver>(cx: &Cx, ctx: &Context<D>) -> Result<Option<Outcome>, DriverError> {
+    let Some(app) = &cx.app else {
+        return Ok(Some(Outcome::failed(
+            operation_reasons::APPLICATION_NOT_FOUND,
+            format!(
+                "ApplicationInstance {}/{} does not exist",
+                cx.namespace(),
+                cx.op.spec.application_ref.name
+            ),
+        )));
+    };
+    let target = app.spec.target_namespace_or(cx.namespace());
+    if !ctx.settings.scope.allows(target) {
+        return Ok(Some(Outcome::failed(
+            operation_reasons::NAMESPACE_NOT_ALLOWED,
+            format!(
+                "the application's target namespace {target} is not allowed ({})",
+                ctx.settings.scope.policy()
+            ),
+        )));
+    }
+    match ctx.driver.validate(cx).await {
+        Ok(refusal) => Ok(refusal),
+        Err(DriverError::Domain(e)) => Ok(Some(e.outcome())),
+        Err(e) => Err(e),
+    }
+}
+
+/// Starts the Operation: writes `Running` with `startTime`, conditional on the
+/// `resourceVersion` it was decided on. Returns the Operation as written.
+async fn claim<D: Driver>(
+    ops: &Api<Operation>,
+    op: &Operation,
+    ctx: &Context<D>,
+    now: Timestamp,
+) -> Result<Operation, DriverError> {
+    let outcome = Outcome::Running {
+        message: "Starting".into(),
+        children: Vec::new(),
+    };
+    let next = status::next_status(op.status.as_ref(), op.metadata.generation, outcome, now);
+    let patch = serde_json::json!({
+        "apiVersion": "vworkspace.io/v1alpha1",
+        "kind": "Operation",
+        "metadata": {"resourceVersion": op.metadata.resource_version},
+        "status": next,
+    });
+    ctx.metrics.api_write(WriteVerb::Apply, "Operation");
+    let claimed = ops
+        .patch_status(
+            &op.name_any(),
+            &PatchParams::apply(ctx.settings.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    info!(r#type = op.spec.type_.as_str(), "operation started");
+    publish(ctx, op, EventType::Normal, "Started", "Operation started".into()).await;
+    Ok(claimed)
+}
+
+/// Writes the status for `outcome` if it changed; returns when to look again.
+async fn finish<D: Driver>(
+    ops: &Api<Operation>,
+    op: &Operation,
+    outcome: Outcome,
+    ctx: &Context<D>,
+    now: Timestamp,
+    requeue: Option<Duration>,
+) -> Result<Action, DriverError> {
+    let next = status::next_status(op.status.as_ref(), op.metadata.generation, outcome, now);
+    if status::needs_write(op.status.as_ref(), &next) {
+        write_status(ops, op, &next, ctx).await?;
+        let was_terminal = op
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(OperationPhase::is_terminal);
+        if let Some(phase) = next.phase.filter(|p| p.is_terminal() && !was_terminal) {
+            let (type_, reason) = match phase {
+                OperationPhase::Succeeded => (EventType::Normal, "Succeeded"),
+                OperationPhase::Expired => (EventType::Warning, "Expired"),
+                _ => (EventType::Warning, "Failed"),
+            };
+            let note = next.result.clone().unwrap_or_default();
+            info!(?phase, result = %note, "operation finished");
+            publish(ctx, op, type_, reason, note).await;
+        }
+    }
+    let terminal = next.phase.is_some_and(OperationPhase::is_terminal);
+    Ok(match (terminal, requeue) {
+        (true, _) | (false, None) => Action::await_change(),
+        (false, Some(after)) => Action::requeue(after),
+    })
+}
+
+async fn write_status<D: Driver>(
+    ops: &Api<Operation>,
+    op: &Operation,
+    next: &OperationStatus,
+    ctx: &Context<D>,
+) -> Result<(), DriverError> {
+    let patch = serde_json::json!({
+        "apiVersion": "vworkspace.io/v1alpha1",
+        "kind": "Operation",
+        "status": next,
+    });
+    ctx.metrics.api_write(WriteVerb::Apply, "Operation");
+    ops.patch_status(
+        &op.name_any(),
+        &PatchParams::apply(ctx.settings.field_manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn publish<D: Driver>(ctx: &Context<D>, op: &Operation, type_: EventType, reason: &str, note: String) {
+    let mut note = note;
+    if note.len() > 1000 {
+        let mut cut = 1000;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+    }
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: op.spec.type_.as_str().into(),
+        secondary: None,
+    };
+    ctx.metrics.api_write(WriteVerb::Create, "Event");
+    if let Err(e) = ctx.settings.recorder.publish(&event, &op.object_ref(&())).await {
+        debug!(error = %e, "publishing event failed");
+    }
+}
+
+/// Time from `now` until `at`, at least one second.
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    let secs = (at.as_millisecond() - now.as_millisecond()).max(1000);
+    Duration::from_millis(u64::try_from(secs).unwrap_or(1000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn until_is_at_least_a_second() {
+        let now = Timestamp::from_second(1_000).unwrap();
+        assert_eq!(until(now, Timestamp::from_second(999).unwrap()), Duration::from_secs(1));
+        assert_eq!(
+            until(now, Timestamp::from_second(1_030).unwrap()),
+            Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn controller_names_are_distinct() {
+        let names: std::collections::BTreeSet<_> = OperationType::ALL.iter().map(|t| controller_name(*t)).collect();
+        assert_eq!(names.len(), OperationType::ALL.len());
+    }
+}

@@ -1,0 +1,126 @@
+//! Helpers for Operation tests: an engine per test (watching only the test namespace),
+//! Operations built as JSON, and waits on their phase.
+
+use std::time::Duration;
+
+use api::{Operation, OperationPhase};
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::{FIELD_MANAGER, TestContext, eventually, process::ControllerProcess};
+
+/// How long an Operation may take on the local cluster.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Starts the engine `binary` confined to the test namespace, with debug logging.
+pub async fn start_engine(ctx: &TestContext, binary: &str, extra: &[&str]) -> anyhow::Result<ControllerProcess> {
+    let mut args = vec![
+        "--watch-namespace",
+        ctx.namespace.as_str(),
+        "--allowed-namespaces",
+        ctx.namespace.as_str(),
+        "--admin-addr",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    ControllerProcess::start(
+        binary,
+        &format!("{binary}-{}", ctx.namespace),
+        &args,
+        &[(
+            "RUST_LOG",
+            "debug,hyper=info,tower=info,h2=info,rustls=info,kube_client=info",
+        )],
+    )
+    .await
+}
+
+/// An Operation of `type_` on `app`, with the payload under the type's field.
+pub fn operation(name: &str, app: &str, type_: &str, payload: Value) -> Value {
+    let field = type_.to_ascii_lowercase();
+    let mut spec = json!({"type": type_, "applicationRef": {"name": app}, "requestId": format!("req-{name}")});
+    if !payload.is_null() {
+        spec[field] = payload;
+    }
+    json!({"apiVersion": "vworkspace.io/v1alpha1", "kind": "Operation", "metadata": {"name": name}, "spec": spec})
+}
+
+/// Creates (server-side applies) an Operation.
+pub async fn create_operation(ctx: &TestContext, op: &Value) -> anyhow::Result<Operation> {
+    let name = op.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    Ok(ctx
+        .api::<Operation>()
+        .patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(op))
+        .await?)
+}
+
+/// `phase reason: message` of an Operation, for messages.
+pub fn summary(op: &Operation) -> String {
+    let status = op.status.clone().unwrap_or_default();
+    let succeeded = status.conditions.iter().find(|c| c.type_ == "Succeeded");
+    format!(
+        "phase {:?}, Succeeded={} ({}: {}), result {:?}, children {:?}",
+        status.phase,
+        succeeded.map(|c| c.status.as_str()).unwrap_or("-"),
+        succeeded.map(|c| c.reason.as_str()).unwrap_or("-"),
+        succeeded.map(|c| c.message.as_str()).unwrap_or("-"),
+        status.result,
+        status
+            .children
+            .iter()
+            .map(|c| format!("{}/{}", c.kind, c.name))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// The phase and the `Succeeded` reason.
+pub fn phase_reason(op: &Operation) -> (Option<OperationPhase>, String) {
+    let status = op.status.clone().unwrap_or_default();
+    let reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Succeeded")
+        .map(|c| c.reason.clone())
+        .unwrap_or_default();
+    (status.phase, reason)
+}
+
+/// Waits until `check` accepts the Operation.
+pub async fn wait_operation(
+    ctx: &TestContext,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&Operation) -> bool,
+) -> anyhow::Result<Operation> {
+    let api = ctx.api::<Operation>();
+    eventually(ctx, &format!("Operation {name}: {what}"), timeout, || {
+        let api = api.clone();
+        let check = &check;
+        async move {
+            Ok(match api.get_opt(name).await? {
+                Some(op) if check(&op) => Ok(op),
+                Some(op) => Err(summary(&op)),
+                None => Err("not found".into()),
+            })
+        }
+    })
+    .await
+}
+
+/// Waits for the phase `phase` with the `Succeeded` reason `reason`.
+pub async fn wait_phase(
+    ctx: &TestContext,
+    name: &str,
+    phase: OperationPhase,
+    reason: &str,
+) -> anyhow::Result<Operation> {
+    wait_operation(
+        ctx,
+        name,
+        &format!("phase {phase:?} reason {reason}"),
+        OPERATION_TIMEOUT,
+        |op| phase_reason(op) == (Some(phase), reason.to_owned()),
+    )
+    .await
+}

@@ -1,0 +1,310 @@
+//! The day-2 engines end to end on the real cluster: Runbook Jobs run by
+//! kube-controller-manager (pods completed by kwok), Upgrade and Rollback through the
+//! ApplicationInstance and real Flux releases, the lifecycle rules (expiry, duplicates,
+//! queueing of mutating Operations).
+
+use std::time::Duration;
+
+use api::{ApplicationInstance, Operation, OperationPhase};
+use e2e::{
+    TestContext,
+    apps::{app, apply_app, start_controller, wait_deployed},
+    ops::{OPERATION_TIMEOUT, create_operation, operation, phase_reason, start_engine, wait_operation, wait_phase},
+};
+use k8s_openapi::api::{batch::v1::Job, core::v1::ConfigMap};
+use serde_json::json;
+
+fn job(command: &str) -> serde_json::Value {
+    json!({
+        "backoffLimit": 0,
+        "template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}]}}
+    })
+}
+
+/// An ApplicationInstance that only has to exist (no app controller needed).
+async fn bare_app(ctx: &TestContext, name: &str) -> anyhow::Result<()> {
+    apply_app(ctx, &app(name, "demo-app", "0.1.0", json!({}))).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn runbook_jobs_succeed_and_fail_with_job_reasons() -> anyhow::Result<()> {
+    let ctx = TestContext::new("ops-runbook").await?;
+    let engine = start_engine(&ctx, "runbook-engine", &[]).await?;
+    bare_app(&ctx, "wiki").await?;
+
+    let mut ok = operation(
+        "reindex",
+        "wiki",
+        "Runbook",
+        json!({"job": job("echo reindex"), "parameters": {"MODE": "full"}}),
+    );
+    ok["spec"]["runbook"]["parameters"]["TOKEN_HINT"] = json!("x");
+    create_operation(&ctx, &ok).await?;
+    let done = wait_phase(&ctx, "reindex", OperationPhase::Succeeded, "Completed").await?;
+    let status = done.status.clone().unwrap_or_default();
+    assert!(
+        status.start_time.is_some() && status.completion_time.is_some(),
+        "{status:?}"
+    );
+    assert!(
+        status.children.iter().any(|c| c.kind == "Job" && c.name == "reindex"),
+        "{status:?}"
+    );
+    let job_obj = ctx.api::<Job>().get("reindex").await?;
+    let env = job_obj
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "MODE" && e.value.as_deref() == Some("full")),
+        "{env:?}"
+    );
+    let owner = job_obj.metadata.owner_references.clone().unwrap_or_default();
+    assert!(
+        owner
+            .iter()
+            .any(|o| o.kind == "Operation" && o.name == "reindex" && o.controller == Some(true))
+    );
+
+    // A pod that can never be scheduled: the Job controller fails it at activeDeadlineSeconds.
+    let mut stuck = job("sleep 1000");
+    stuck["activeDeadlineSeconds"] = json!(3);
+    stuck["template"]["spec"]["nodeSelector"] = json!({"vworkspace.io/no-such-node": "true"});
+    create_operation(&ctx, &operation("stuck", "wiki", "Runbook", json!({"job": stuck}))).await?;
+    let failed = wait_phase(&ctx, "stuck", OperationPhase::Failed, "DeadlineExceeded").await?;
+    assert!(
+        failed.status.unwrap().result.unwrap_or_default().contains("Job"),
+        "result names the Job"
+    );
+
+    // Argo WorkflowTemplates are accepted by the API and refused by the engine.
+    create_operation(
+        &ctx,
+        &operation(
+            "argo",
+            "wiki",
+            "Runbook",
+            json!({"workflowTemplateRef": {"name": "cleanup"}}),
+        ),
+    )
+    .await?;
+    let refused = wait_phase(&ctx, "argo", OperationPhase::Failed, "NotSupported").await?;
+    assert!(refused.status.unwrap().children.is_empty());
+
+    // Invalid job spec: a clear reason, nothing created.
+    let mut bad = job("true");
+    bad["ttlSecondsAfterFinished"] = json!(10);
+    create_operation(&ctx, &operation("bad", "wiki", "Runbook", json!({"job": bad}))).await?;
+    wait_phase(&ctx, "bad", OperationPhase::Failed, "InvalidSpec").await?;
+    assert!(ctx.api::<Job>().get_opt("bad").await?.is_none());
+
+    // A missing application fails fast.
+    create_operation(
+        &ctx,
+        &operation("orphan", "nope", "Runbook", json!({"job": job("true")})),
+    )
+    .await?;
+    wait_phase(&ctx, "orphan", OperationPhase::Failed, "ApplicationNotFound").await?;
+    drop(engine);
+    Ok(())
+}
+
+#[tokio::test]
+async fn lifecycle_expiry_duplicates_and_not_before() -> anyhow::Result<()> {
+    let ctx = TestContext::new("ops-lifecycle").await?;
+    let _engine = start_engine(&ctx, "runbook-engine", &[]).await?;
+    bare_app(&ctx, "wiki").await?;
+    let now = jiff::Timestamp::now();
+
+    // Deadline already passed: Expired, nothing created.
+    let mut late = operation("late", "wiki", "Runbook", json!({"job": job("true")}));
+    late["spec"]["deadline"] = json!((now - jiff::SignedDuration::from_secs(1)).to_string());
+    create_operation(&ctx, &late).await?;
+    wait_phase(&ctx, "late", OperationPhase::Expired, "DeadlineExceeded").await?;
+    assert!(
+        ctx.api::<Job>().get_opt("late").await?.is_none(),
+        "an expired Operation creates nothing"
+    );
+
+    // notBefore in the future: Pending, then runs.
+    let mut later = operation("later", "wiki", "Runbook", json!({"job": job("true")}));
+    later["spec"]["notBefore"] = json!(
+        (now + jiff::SignedDuration::from_secs(6))
+            .round(jiff::Unit::Second)?
+            .to_string()
+    );
+    create_operation(&ctx, &later).await?;
+    wait_phase(&ctx, "later", OperationPhase::Pending, "WaitingForNotBefore").await?;
+    assert!(ctx.api::<Job>().get_opt("later").await?.is_none());
+    wait_phase(&ctx, "later", OperationPhase::Succeeded, "Completed").await?;
+
+    // Replayed requestId: ends without acting, pointing at the first.
+    let mut replay = operation("later-again", "wiki", "Runbook", json!({"job": job("true")}));
+    replay["spec"]["requestId"] = json!("req-later");
+    create_operation(&ctx, &replay).await?;
+    let dup = wait_phase(&ctx, "later-again", OperationPhase::Succeeded, "DuplicateRequest").await?;
+    assert_eq!(dup.status.unwrap().duplicate_of.as_deref(), Some("later"));
+    assert!(ctx.api::<Job>().get_opt("later-again").await?.is_none());
+    Ok(())
+}
+
+fn history_numbers(cm: &ConfigMap) -> Vec<(i64, String, Option<String>)> {
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("revisions.json"))
+        .cloned()
+        .unwrap_or_default();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    doc["revisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r["number"].as_i64().unwrap_or_default(),
+                r["chartVersion"].as_str().unwrap_or_default().to_owned(),
+                r["operation"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn upgrade_and_rollback_change_the_release_through_flux() -> anyhow::Result<()> {
+    let ctx = TestContext::new("ops-upgrade").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _engine = start_engine(&ctx, "upgrade-engine", &[]).await?;
+    apply_app(&ctx, &app("shop", "demo-app", "0.1.0", json!({"greeting": "hello"}))).await?;
+    wait_deployed(&ctx, "shop", "InstallSucceeded", "0.1.0").await?;
+
+    create_operation(
+        &ctx,
+        &operation(
+            "up",
+            "shop",
+            "Upgrade",
+            json!({"chartVersion": "0.2.0", "valuesPatch": {"greeting": "hi", "extra": "x"}}),
+        ),
+    )
+    .await?;
+    let up = wait_phase(&ctx, "up", OperationPhase::Succeeded, "Completed").await?;
+    assert!(up.status.unwrap().result.unwrap_or_default().contains("0.2.0"));
+    let shop = ctx.api::<ApplicationInstance>().get("shop").await?;
+    assert_eq!(shop.spec.chart.version.as_deref(), Some("0.2.0"));
+    assert_eq!(shop.spec.values, Some(json!({"greeting": "hi", "extra": "x"})));
+    wait_deployed(&ctx, "shop", "UpgradeSucceeded", "0.2.0").await?;
+
+    // The history records the baseline and the upgrade.
+    let cm = ctx.api::<ConfigMap>().get("shop-revisions").await?;
+    assert_eq!(
+        history_numbers(&cm),
+        vec![(1, "0.1.0".into(), None), (2, "0.2.0".into(), Some("up".into()))]
+    );
+
+    // Rollback to the previous revision: chart version and the values used then.
+    create_operation(&ctx, &operation("back", "shop", "Rollback", json!({}))).await?;
+    wait_phase(&ctx, "back", OperationPhase::Succeeded, "Completed").await?;
+    let shop = ctx.api::<ApplicationInstance>().get("shop").await?;
+    assert_eq!(shop.spec.chart.version.as_deref(), Some("0.1.0"));
+    assert_eq!(
+        shop.spec.values,
+        Some(json!({"greeting": "hello"})),
+        "values of revision 1, exactly"
+    );
+    wait_deployed(&ctx, "shop", "UpgradeSucceeded", "0.1.0").await?;
+    let cm = ctx.api::<ConfigMap>().get("shop-revisions").await?;
+    assert_eq!(
+        history_numbers(&cm).last().cloned(),
+        Some((3, "0.1.0".into(), Some("back".into())))
+    );
+
+    // A revision the history does not hold.
+    create_operation(&ctx, &operation("nowhere", "shop", "Rollback", json!({"revision": 42}))).await?;
+    wait_phase(&ctx, "nowhere", OperationPhase::Failed, "RevisionNotFound").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn failing_upgrade_with_on_failure_rollback_returns_to_the_old_release() -> anyhow::Result<()> {
+    let ctx = TestContext::new("ops-upgrade-fail").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _engine = start_engine(&ctx, "upgrade-engine", &[]).await?;
+    apply_app(&ctx, &app("crm", "broken-app", "1.0.0", json!({}))).await?;
+    wait_deployed(&ctx, "crm", "InstallSucceeded", "1.0.0").await?;
+
+    create_operation(
+        &ctx,
+        &operation(
+            "up",
+            "crm",
+            "Upgrade",
+            json!({"chartVersion": "2.0.0", "onFailure": "Rollback"}),
+        ),
+    )
+    .await?;
+    let failed = wait_operation(&ctx, "up", "Failed after rolling back", OPERATION_TIMEOUT * 2, |op| {
+        phase_reason(op).0 == Some(OperationPhase::Failed)
+    })
+    .await?;
+    let (_, reason) = phase_reason(&failed);
+    let result = failed.status.clone().unwrap().result.unwrap_or_default();
+    assert_eq!(reason, "UpgradeFailed", "Flux's reason verbatim: {result}");
+    assert!(result.contains("rolled back"), "{result}");
+    assert!(
+        failed
+            .status
+            .unwrap()
+            .children
+            .iter()
+            .any(|c| c.kind == "Operation" && c.name == "up-rollback")
+    );
+    let rollback = ctx.api::<Operation>().get("up-rollback").await?;
+    assert_eq!(phase_reason(&rollback).0, Some(OperationPhase::Succeeded));
+    let crm = ctx.api::<ApplicationInstance>().get("crm").await?;
+    assert_eq!(crm.spec.chart.version.as_deref(), Some("1.0.0"));
+    wait_deployed(&ctx, "crm", "UpgradeSucceeded", "1.0.0").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn mutating_operations_queue_in_creation_order() -> anyhow::Result<()> {
+    let ctx = TestContext::new("ops-queue").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _engine = start_engine(&ctx, "upgrade-engine", &[]).await?;
+    apply_app(&ctx, &app("shop", "demo-app", "0.1.0", json!({}))).await?;
+    wait_deployed(&ctx, "shop", "InstallSucceeded", "0.1.0").await?;
+
+    create_operation(
+        &ctx,
+        &operation("first", "shop", "Upgrade", json!({"chartVersion": "0.2.0"})),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // distinct creation timestamps
+    create_operation(
+        &ctx,
+        &operation("second", "shop", "Rollback", json!({"chartVersion": "0.1.0"})),
+    )
+    .await?;
+    let queued = wait_phase(&ctx, "second", OperationPhase::Pending, "Queued").await?;
+    let message = queued.status.unwrap().conditions[0].message.clone();
+    assert!(message.contains("first"), "{message}");
+
+    let first = wait_phase(&ctx, "first", OperationPhase::Succeeded, "Completed").await?;
+    let second = wait_phase(&ctx, "second", OperationPhase::Succeeded, "Completed").await?;
+    let ended = first.status.unwrap().completion_time.unwrap().0;
+    let started = second.status.unwrap().start_time.unwrap().0;
+    assert!(started >= ended, "second started {started} before first ended {ended}");
+    wait_deployed(&ctx, "shop", "UpgradeSucceeded", "0.1.0").await?;
+    Ok(())
+}
