@@ -14,6 +14,7 @@ generate:
 # Fail if deploy/crds/ differs from what crates/api generates.
 check-generated:
     cargo run -q -p crdgen -- --check deploy/crds
+    hack/gen-flux-manifests.sh --check
 
 # Format all Rust code.
 fmt:

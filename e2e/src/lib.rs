@@ -25,7 +25,9 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 
 pub mod apps;
+pub mod deploy;
 pub mod flux;
+pub mod ops;
 pub mod process;
 
 /// Field manager for objects the tests write.

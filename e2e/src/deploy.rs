@@ -1,0 +1,285 @@
+//! Helpers for the deploy bundle tests (`tests/deploy.rs`): render the kustomize overlays
+//! under `deploy/overlays/` with the cluster's kubectl, apply them server-side, inspect
+//! their RBAC and Deployments, and run a binary out of cluster under a ServiceAccount's
+//! rights (a kubeconfig that impersonates it).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{
+    Api, Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::{cluster_dir, repo_root, yaml_documents};
+
+/// Field manager of the objects these tests apply (a stand-in for an operator's install).
+pub const INSTALL_FIELD_MANAGER: &str = "vws-e2e-install";
+/// The operator's namespace in every overlay.
+pub const SYSTEM_NAMESPACE: &str = "vworkspace-system";
+/// Every overlay under `deploy/overlays/`.
+pub const OVERLAYS: [&str; 4] = ["full", "app-only", "no-flux", "namespaced"];
+
+/// The cluster's kubectl (`$VWS_BIN_DIR/kubectl`, set by `hack/cluster.sh exec`), else `kubectl` on PATH.
+pub fn kubectl_path() -> PathBuf {
+    std::env::var_os("VWS_BIN_DIR")
+        .map(|d| PathBuf::from(d).join("kubectl"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("kubectl"))
+}
+
+/// Runs kubectl against the local cluster as admin, with `stdin` piped in; returns stdout.
+pub async fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+    let kubeconfig = cluster_dir().join("admin.kubeconfig");
+    let mut cmd = tokio::process::Command::new(kubectl_path());
+    cmd.arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("running {}", kubectl_path().display()))?;
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().context("kubectl stdin")?;
+        pipe.write_all(input.as_bytes()).await?;
+        drop(pipe);
+    }
+    let out = child.wait_with_output().await?;
+    if !out.status.success() {
+        bail!(
+            "kubectl {} failed ({}):\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Path of an overlay directory.
+pub fn overlay_dir(overlay: &str) -> PathBuf {
+    repo_root().join("deploy/overlays").join(overlay)
+}
+
+/// `kubectl kustomize deploy/overlays/<overlay>`: the rendered YAML.
+pub async fn render(overlay: &str) -> anyhow::Result<String> {
+    let dir = overlay_dir(overlay);
+    kubectl(&["kustomize", &dir.to_string_lossy()], None)
+        .await
+        .with_context(|| format!("rendering {}", dir.display()))
+}
+
+/// The rendered overlay as JSON documents.
+pub async fn render_docs(overlay: &str) -> anyhow::Result<Vec<Value>> {
+    yaml_documents(&render(overlay).await?)
+}
+
+/// `kind` of a document.
+pub fn kind(doc: &Value) -> &str {
+    doc["kind"].as_str().unwrap_or_default()
+}
+
+/// `metadata.name` of a document.
+pub fn name(doc: &Value) -> &str {
+    doc["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// `metadata.namespace` of a document (empty for cluster-scoped ones).
+pub fn namespace(doc: &Value) -> &str {
+    doc["metadata"]["namespace"].as_str().unwrap_or_default()
+}
+
+/// `kind/namespace/name`, for messages.
+pub fn id(doc: &Value) -> String {
+    format!("{}/{}/{}", kind(doc), namespace(doc), name(doc))
+}
+
+/// Objects of the bundled Flux (`app.kubernetes.io/part-of: flux`).
+pub fn is_flux(doc: &Value) -> bool {
+    doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "flux"
+}
+
+/// Every place a `*` appears in an RBAC rule of a Role or ClusterRole, as `id: field=value`.
+pub fn rbac_wildcards(docs: &[Value]) -> Vec<String> {
+    let mut found = Vec::new();
+    for doc in docs.iter().filter(|d| matches!(kind(d), "Role" | "ClusterRole")) {
+        if doc.get("aggregationRule").is_some() {
+            found.push(format!("{}: aggregationRule", id(doc)));
+        }
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            for field in ["apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"] {
+                for value in rule[field].as_array().into_iter().flatten() {
+                    if value.as_str().is_some_and(|s| s.contains('*')) {
+                        found.push(format!("{}: {field}={value}", id(doc)));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The first container of a Deployment.
+pub fn container(deployment: &Value) -> &Value {
+    &deployment["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// The Deployment named `name` in the rendered documents.
+pub fn deployment<'a>(docs: &'a [Value], name_: &str) -> anyhow::Result<&'a Value> {
+    docs.iter()
+        .find(|d| kind(d) == "Deployment" && name(d) == name_)
+        .with_context(|| format!("no Deployment {name_} in the rendered overlay"))
+}
+
+/// The container's `args` as strings.
+pub fn container_args(deployment: &Value) -> Vec<String> {
+    container(deployment)["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Server-side applies YAML with kubectl as admin; `dry_run` adds `--dry-run=server`.
+pub async fn apply(yaml: &str, dry_run: bool) -> anyhow::Result<String> {
+    let manager = format!("--field-manager={INSTALL_FIELD_MANAGER}");
+    let mut args = vec!["apply", "--server-side", manager.as_str(), "-f", "-"];
+    if dry_run {
+        args.push("--dry-run=server");
+    }
+    kubectl(&args, Some(yaml)).await
+}
+
+/// Serialises documents back into one multi-document YAML stream.
+pub fn to_yaml(docs: &[&Value]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for doc in docs {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(doc)?);
+    }
+    Ok(out)
+}
+
+/// Creates namespace `name` unless it exists; returns whether it was created.
+pub async fn ensure_namespace(name_: &str) -> anyhow::Result<bool> {
+    if kubectl(&["get", "namespace", name_, "--ignore-not-found", "-o", "name"], None)
+        .await?
+        .trim()
+        .is_empty()
+    {
+        kubectl(&["create", "namespace", name_], None).await?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// The user name of a ServiceAccount, as the API server authenticates it.
+pub fn service_account_user(namespace_: &str, name_: &str) -> String {
+    format!("system:serviceaccount:{namespace_}:{name_}")
+}
+
+/// Writes a kubeconfig that authenticates as the cluster admin but impersonates the
+/// ServiceAccount `namespace/name` (`as` / `as-groups`), so every request is authorised
+/// with exactly that ServiceAccount's RBAC. Returns its path.
+pub fn impersonating_kubeconfig(namespace_: &str, name_: &str, file_stem: &str) -> anyhow::Result<PathBuf> {
+    let admin = std::fs::read_to_string(cluster_dir().join("admin.kubeconfig"))?;
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&admin)?;
+    let users = config["users"].as_sequence_mut().context("kubeconfig without users")?;
+    for user in users {
+        let u = &mut user["user"];
+        u["as"] = serde_yaml::Value::from(service_account_user(namespace_, name_));
+        u["as-groups"] = serde_yaml::to_value([
+            "system:serviceaccounts".to_owned(),
+            format!("system:serviceaccounts:{namespace_}"),
+            "system:authenticated".to_owned(),
+        ])?;
+    }
+    let dir = cluster_dir().join("kubeconfigs");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{file_stem}.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    Ok(path)
+}
+
+/// A client from a kubeconfig file (e.g. an impersonating one).
+pub async fn client_from(path: &Path) -> anyhow::Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(path)?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Whether an API result is the API server's 403 Forbidden.
+pub fn is_forbidden<T>(result: &Result<T, kube::Error>) -> bool {
+    matches!(result, Err(kube::Error::Api(status)) if status.is_forbidden())
+}
+
+/// A free loopback port (bound and released; good enough for a test's admin server).
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Minimal HTTP/1.0 GET on loopback (the admin server); returns the body.
+pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((out.as_str(), ""));
+    anyhow::ensure!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "GET {path}: {head}"
+    );
+    Ok(body.to_owned())
+}
+
+/// Sum of every sample of `metric` whose labels contain all of `labels` (`key="value"`),
+/// from an OpenMetrics text exposition.
+pub fn metric_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(metric)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until the admin server at `addr` answers `/readyz` with 200.
+pub async fn wait_admin_ready(addr: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match http_get(addr, "/readyz").await {
+            Ok(_) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                bail!("admin server {addr} not ready after {timeout:?}: {e:#}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// The holder of a Lease (None when absent or free).
+pub async fn lease_holder(client: &Client, namespace_: &str, name_: &str) -> anyhow::Result<Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace_);
+    Ok(leases
+        .get_opt(name_)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
