@@ -62,3 +62,7 @@ demo:
 # Benchmark the app controller on the real local cluster (figures in docs/performance.md).
 bench-app *args:
     hack/bench-app.sh {{args}}
+
+# Benchmark the runbook engine: 200 Runbook Operations across 20 apps (figures in docs/performance.md).
+bench-ops *args:
+    hack/bench-ops.sh {{args}}

@@ -25,6 +25,7 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 
 pub mod apps;
+pub mod bench;
 pub mod deploy;
 pub mod flux;
 pub mod ops;

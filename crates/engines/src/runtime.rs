@@ -253,10 +253,13 @@ pub async fn run<D: Driver>(
                     None => Api::all_with(client.clone(), &resource),
                 };
                 let config = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
-                controller.owns_with(api, resource, config)
+                // With backoff: a refused or failing watch must not retry in a hot loop.
+                let stream = watcher(api, config).default_backoff().touched_objects();
+                controller.owns_stream_with(stream, resource)
             }
             Watch::Labelled { resource, namespace } => {
-                let api: Api<DynamicObject> = match &namespace {
+                // `None`: wherever the engine watches (all namespaces, or its watch namespace).
+                let api: Api<DynamicObject> = match namespace.as_deref().or(scope.watch_namespace()) {
                     Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
                     None => Api::all_with(client.clone(), &resource),
                 };
@@ -265,17 +268,25 @@ pub async fn run<D: Driver>(
                     meta::LABEL_OPERATION_TYPE,
                     op_type.as_str()
                 ));
-                controller.watches_with(api, resource, config, |object: DynamicObject| {
-                    let labels = object.labels();
-                    let name = labels.get(meta::LABEL_OPERATION)?;
-                    let namespace = labels.get(meta::LABEL_OPERATION_NAMESPACE)?;
-                    Some(OpRef::new(name).within(namespace))
-                })
+                let stream = watcher(api, config).default_backoff().touched_objects();
+                controller.watches_stream_with(
+                    stream,
+                    |object: DynamicObject| {
+                        let labels = object.labels();
+                        let name = labels.get(meta::LABEL_OPERATION)?;
+                        let namespace = labels.get(meta::LABEL_OPERATION_NAMESPACE)?;
+                        Some(OpRef::new(name).within(namespace))
+                    },
+                    resource,
+                )
             }
             Watch::Applications => {
                 let apps: Api<DeserializeGuard<ApplicationInstance>> = scope.api(client.clone());
                 let store = reader.clone();
-                controller.watches(apps, watcher::Config::default(), move |app| {
+                let stream = watcher(apps, watcher::Config::default())
+                    .default_backoff()
+                    .touched_objects();
+                controller.watches_stream(stream, move |app| {
                     operations_of(&store, app.namespace().as_deref(), &app.name_any())
                 })
             }

@@ -378,8 +378,11 @@ fn pinned_by_source(cx: &Cx) -> Option<Outcome> {
         Outcome::failed(
             operation_reasons::NOT_SUPPORTED,
             format!(
-                "the chart comes from a {:?} whose own spec pins the version; change the source instead",
-                source.kind
+                "the chart comes from a {} whose own spec pins the version; change the source instead",
+                serde_json::to_value(source.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
             ),
         )
     })

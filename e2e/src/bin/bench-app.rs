@@ -20,13 +20,21 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use api::ApplicationInstance;
-use e2e::{apps::app, assert_loopback_only, client, dynamic_api, process::ControllerProcess};
+use e2e::{
+    apps::app,
+    assert_loopback_only,
+    bench::{percentile, recreate_namespace, rss_kib, wait_until},
+    client,
+    deploy::http_get,
+    dynamic_api,
+    process::ControllerProcess,
+};
 use futures::{StreamExt, TryStreamExt, stream};
 use helmengine::{MaterializeInput, flux::build};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
 
@@ -91,16 +99,8 @@ fn spawn_ready_watch(api: Api<DynamicObject>) -> ReadyTimes {
     times
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-}
-
 async fn controller_writes() -> anyhow::Result<f64> {
-    let body = reqwest_lite(&format!("http://{ADMIN}/metrics")).await?;
+    let body = http_get(ADMIN, "/metrics").await?;
     Ok(body
         .lines()
         .filter(|l| l.starts_with("vworkspace_api_writes_total{"))
@@ -127,49 +127,6 @@ async fn apiserver_writes(client: &Client) -> anyhow::Result<f64> {
         .sum())
 }
 
-/// Minimal HTTP GET over loopback (the admin server), without an HTTP client dependency.
-async fn reqwest_lite(url: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").context("http only")?;
-    let (host, path) = rest
-        .split_once('/')
-        .map(|(h, p)| (h, format!("/{p}")))
-        .unwrap_or((rest, "/".into()));
-    let mut stream = tokio::net::TcpStream::connect(host).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await?;
-    Ok(out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default())
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx]
-}
-
-async fn recreate_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(name).await?.is_some() {
-        api.delete(name, &DeleteParams::default()).await?;
-        let deadline = Instant::now() + Duration::from_secs(600);
-        while api.get_opt(name).await?.is_some() {
-            anyhow::ensure!(Instant::now() < deadline, "namespace {name} not deleted after 10 min");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    api.create(&PostParams::default(), &ns).await?;
-    Ok(())
-}
-
 fn bench_app(i: usize, suspended: bool) -> ApplicationInstance {
     let mut a = app(
         &format!("app-{i:05}"),
@@ -179,24 +136,6 @@ fn bench_app(i: usize, suspended: bool) -> ApplicationInstance {
     );
     a.spec.suspend = suspended;
     a
-}
-
-async fn wait_until(
-    what: &str,
-    timeout: Duration,
-    mut done: impl AsyncFnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<Duration> {
-    let start = Instant::now();
-    loop {
-        if done().await? {
-            return Ok(start.elapsed());
-        }
-        anyhow::ensure!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::main]

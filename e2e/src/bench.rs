@@ -1,0 +1,63 @@
+//! Shared pieces of the benchmark binaries (`bench-app`, `bench-ops`): figures are
+//! printed, never asserted.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client,
+    api::{DeleteParams, PostParams},
+};
+
+/// Resident set size of `pid` in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+}
+
+/// The `p` percentile (0..=1) of an ascending list (NaN when empty).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+/// Deletes (and waits for) then creates the namespace `name`.
+pub async fn recreate_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(name).await?.is_some() {
+        api.delete(name, &DeleteParams::default()).await?;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while api.get_opt(name).await?.is_some() {
+            anyhow::ensure!(Instant::now() < deadline, "namespace {name} not deleted after 10 min");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    api.create(&PostParams::default(), &ns).await?;
+    Ok(())
+}
+
+/// Polls `done` every 200 ms until it holds; returns how long that took.
+pub async fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut done: impl AsyncFnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    loop {
+        if done().await? {
+            return Ok(start.elapsed());
+        }
+        anyhow::ensure!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

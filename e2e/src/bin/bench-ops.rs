@@ -1,0 +1,309 @@
+//! `bench-ops`: runbook-engine figures on the real local cluster (printed, never asserted).
+//!
+//! ```text
+//! bench-ops --ops 200 --apps 20
+//! ```
+//!
+//! Creates `--apps` ApplicationInstances (suspended: only their existence matters to a
+//! Runbook) and `--ops` Runbook Operations spread over them, whose Jobs run on the kwok
+//! node through kube-controller-manager. Reports throughput (first creation → last
+//! terminal phase), p50/p99 from creation to terminal phase (client-side watch
+//! timestamps), engine RSS idle/peak/after, writes per Operation (engine counter and
+//! API server counters) and writes at rest. Runs inside the cluster netns
+//! (`just bench-ops`), starting its own runbook-engine (release build).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use api::{ApplicationInstance, Operation};
+use e2e::{
+    apps::app,
+    assert_loopback_only,
+    bench::{percentile, recreate_namespace, rss_kib, wait_until},
+    client,
+    deploy::{http_get, metric_sum, wait_admin_ready},
+    ops::operation,
+    process::ControllerProcess,
+};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::batch::v1::Job;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::json;
+
+const ADMIN: &str = "127.0.0.1:18092";
+const NAMESPACE: &str = "bench-ops";
+const CREATE_CONCURRENCY: usize = 16;
+
+struct Args {
+    ops: usize,
+    apps: usize,
+    concurrency: u16,
+    timeout: Duration,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        ops: 200,
+        apps: 20,
+        concurrency: 16,
+        timeout: Duration::from_secs(900),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--ops" => args.ops = it.next().context("--ops N")?.parse()?,
+            "--apps" => args.apps = it.next().context("--apps N")?.parse()?,
+            "--concurrency" => args.concurrency = it.next().context("--concurrency N")?.parse()?,
+            "--timeout-secs" => args.timeout = Duration::from_secs(it.next().context("--timeout-secs N")?.parse()?),
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    anyhow::ensure!(args.apps > 0 && args.ops > 0, "--ops and --apps must be positive");
+    Ok(args)
+}
+
+/// First client-side time each Operation was seen in a terminal phase.
+type DoneTimes = Arc<Mutex<HashMap<String, Instant>>>;
+
+fn spawn_done_watch(api: Api<Operation>) -> DoneTimes {
+    let times: DoneTimes = Arc::default();
+    let sink = times.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(op)) = events.next().await {
+            if op
+                .status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(|p| p.is_terminal())
+            {
+                sink.lock()
+                    .expect("lock")
+                    .entry(op.name_any())
+                    .or_insert_with(Instant::now);
+            }
+        }
+    });
+    times
+}
+
+/// First client-side time each Job was seen with its terminal `Complete` condition.
+fn spawn_job_watch(api: Api<Job>) -> DoneTimes {
+    let times: DoneTimes = Arc::default();
+    let sink = times.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(job)) = events.next().await {
+            let complete = job
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
+            if complete {
+                sink.lock()
+                    .expect("lock")
+                    .entry(job.name_any())
+                    .or_insert_with(Instant::now);
+            }
+        }
+    });
+    times
+}
+
+/// Writes the API server counted on Operations (status included) and Jobs.
+async fn apiserver_writes(client: &Client) -> anyhow::Result<f64> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(req).await?;
+    let mut total = 0.0;
+    for verb in ["PATCH", "POST", "PUT", "DELETE", "APPLY"] {
+        for resource in ["operations", "jobs"] {
+            total += metric_sum(
+                &text,
+                "apiserver_request_total",
+                &[&format!("verb=\"{verb}\""), &format!("resource=\"{resource}\"")],
+            );
+        }
+    }
+    Ok(total)
+}
+
+async fn engine_writes() -> anyhow::Result<f64> {
+    Ok(metric_sum(
+        &http_get(ADMIN, "/metrics").await?,
+        "vworkspace_api_writes_total",
+        &[],
+    ))
+}
+
+fn runbook_job() -> serde_json::Value {
+    json!({
+        "backoffLimit": 0,
+        "template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.36", "command": ["true"]}]}}
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    assert_loopback_only();
+    let args = parse_args()?;
+    let client = client().await?;
+    println!("bench-ops: {} Runbook Operations across {} apps", args.ops, args.apps);
+    recreate_namespace(&client, NAMESPACE).await?;
+
+    let apps: Api<ApplicationInstance> = Api::namespaced(client.clone(), NAMESPACE);
+    for i in 0..args.apps {
+        let mut a = app(&format!("app-{i:03}"), "demo-app", "0.1.0", json!({}));
+        a.spec.suspend = true;
+        let body = json!({"apiVersion": "vworkspace.io/v1alpha1", "kind": "ApplicationInstance",
+            "metadata": {"name": a.name_any()}, "spec": a.spec});
+        apps.patch(
+            &a.name_any(),
+            &PatchParams::apply("bench-ops").force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+
+    let concurrency = args.concurrency.to_string();
+    let engine = ControllerProcess::start(
+        "runbook-engine",
+        "bench-runbook-engine",
+        &[
+            "--watch-namespace",
+            NAMESPACE,
+            "--allowed-namespaces",
+            NAMESPACE,
+            "--admin-addr",
+            ADMIN,
+            "--concurrency",
+            &concurrency,
+        ],
+        &[("RUST_LOG", "info")],
+    )
+    .await?;
+    let pid = engine.pid().context("engine pid")?;
+    wait_admin_ready(ADMIN, Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_idle = rss_kib(pid).unwrap_or_default();
+    let writes_before = engine_writes().await?;
+    let api_before = apiserver_writes(&client).await?;
+
+    let ops: Api<Operation> = Api::namespaced(client.clone(), NAMESPACE);
+    let done = spawn_done_watch(ops.clone());
+    let jobs_done = spawn_job_watch(Api::namespaced(client.clone(), NAMESPACE));
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let start = Instant::now();
+    let peak = Arc::new(Mutex::new(rss_idle));
+    let sampler = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Some(rss) = rss_kib(pid) {
+                    let mut p = peak.lock().expect("lock");
+                    *p = (*p).max(rss);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    stream::iter(0..args.ops)
+        .map(|i| {
+            let (ops, created) = (ops.clone(), created.clone());
+            let app_name = format!("app-{:03}", i % args.apps);
+            async move {
+                let name = format!("rb-{i:05}");
+                let body = operation(&name, &app_name, "Runbook", json!({"job": runbook_job()}));
+                ops.patch(&name, &PatchParams::apply("bench-ops"), &Patch::Apply(&body))
+                    .await?;
+                created.lock().expect("lock").insert(name, Instant::now());
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let created_in = start.elapsed();
+
+    let total = wait_until("every Operation terminal", args.timeout, async || {
+        Ok(done.lock().expect("lock").len() >= args.ops)
+    })
+    .await?;
+    let total = created_in.max(Duration::ZERO) + total;
+    sampler.abort();
+
+    let all = ops.list(&Default::default()).await?.items;
+    let succeeded = all
+        .iter()
+        .filter(|op| op.status.as_ref().and_then(|s| s.phase) == Some(api::OperationPhase::Succeeded))
+        .count();
+    let mut latencies: Vec<f64> = {
+        let (created, done) = (created.lock().expect("lock"), done.lock().expect("lock"));
+        created
+            .iter()
+            .filter_map(|(name, at)| Some(done.get(name)?.saturating_duration_since(*at).as_secs_f64() * 1000.0))
+            .collect()
+    };
+    latencies.sort_by(f64::total_cmp);
+    // The engine's own share: from the Job's Complete condition to the Operation's end.
+    let mut relay: Vec<f64> = {
+        let (jobs, done) = (jobs_done.lock().expect("lock"), done.lock().expect("lock"));
+        jobs.iter()
+            .filter_map(|(name, at)| Some(done.get(name)?.saturating_duration_since(*at).as_secs_f64() * 1000.0))
+            .collect()
+    };
+    relay.sort_by(f64::total_cmp);
+    let writes = engine_writes().await? - writes_before;
+    let api_writes = apiserver_writes(&client).await? - api_before;
+    let rss_peak = *peak.lock().expect("lock");
+
+    // At rest: nothing should be written any more.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let rest_writes = engine_writes().await? - writes_before - writes;
+    let rss_after = rss_kib(pid).unwrap_or_default();
+
+    println!("  created {} Operations in {:.1} s", args.ops, created_in.as_secs_f64());
+    println!(
+        "  all terminal in {:.1} s ({succeeded} Succeeded): {:.1} Operations/s",
+        total.as_secs_f64(),
+        args.ops as f64 / total.as_secs_f64()
+    );
+    println!(
+        "  creation → terminal: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies.last().copied().unwrap_or(f64::NAN)
+    );
+    println!(
+        "  Job Complete → Operation terminal (engine share): p50 {:.0} ms, p99 {:.0} ms",
+        percentile(&relay, 0.5),
+        percentile(&relay, 0.99)
+    );
+    println!(
+        "  engine RSS: idle {:.1} MiB, peak {:.1} MiB, after {:.1} MiB",
+        rss_idle as f64 / 1024.0,
+        rss_peak as f64 / 1024.0,
+        rss_after as f64 / 1024.0
+    );
+    println!(
+        "  writes per Operation: engine {:.2} (incl. events), API server on operations+jobs {:.2} (incl. Job controller status)",
+        writes / args.ops as f64,
+        api_writes / args.ops as f64
+    );
+    println!("  engine writes in 20 s at rest: {rest_writes}");
+    drop(engine);
+    Ok(())
+}
