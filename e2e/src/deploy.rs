@@ -283,3 +283,52 @@ pub async fn lease_holder(client: &Client, namespace_: &str, name_: &str) -> any
         .and_then(|s| s.holder_identity)
         .filter(|h| !h.is_empty()))
 }
+
+/// The binaries of the bundle that run under their own ServiceAccount in e2e.
+pub const BUNDLE_BINARIES: [&str; 5] = [
+    "app-controller",
+    "backup-engine",
+    "restore-engine",
+    "upgrade-engine",
+    "runbook-engine",
+];
+
+static BUNDLE_RBAC: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Applies (once per test process) the ServiceAccounts and RBAC of the `no-flux` overlay,
+/// so the e2e suite runs every controller with exactly its installed rights.
+pub async fn ensure_bundle_rbac() -> anyhow::Result<()> {
+    BUNDLE_RBAC
+        .get_or_try_init(|| async {
+            const KINDS: [&str; 6] = [
+                "Namespace",
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+            ];
+            let docs = render_docs("no-flux").await?;
+            for ns in docs.iter().filter(|d| KINDS.contains(&kind(d))).map(namespace) {
+                if !ns.is_empty() {
+                    ensure_namespace(ns).await?;
+                }
+            }
+            let rbac: Vec<&Value> = docs.iter().filter(|d| KINDS.contains(&kind(d))).collect();
+            apply(&to_yaml(&rbac)?, false).await?;
+            anyhow::Ok(())
+        })
+        .await?;
+    Ok(())
+}
+
+/// A kubeconfig for running `binary` (one of [`BUNDLE_BINARIES`]) as its ServiceAccount,
+/// after making sure the bundle's RBAC is applied. `None` when `VWS_E2E_AS_ADMIN` is set
+/// (debugging: run as the cluster admin) or for other binaries.
+pub async fn least_privilege_kubeconfig(binary: &str) -> anyhow::Result<Option<PathBuf>> {
+    if std::env::var_os("VWS_E2E_AS_ADMIN").is_some() || !BUNDLE_BINARIES.contains(&binary) {
+        return Ok(None);
+    }
+    ensure_bundle_rbac().await?;
+    Ok(Some(impersonating_kubeconfig(SYSTEM_NAMESPACE, binary, binary)?))
+}

@@ -46,6 +46,11 @@ impl ControllerProcess {
             .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true);
+        // Least privilege by default: our controllers run as their ServiceAccount, with the
+        // RBAC of the deploy bundle (an explicit KUBECONFIG in `env` still wins).
+        if let Some(kubeconfig) = crate::deploy::least_privilege_kubeconfig(binary).await? {
+            cmd.env("KUBECONFIG", kubeconfig);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }

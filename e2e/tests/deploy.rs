@@ -627,16 +627,23 @@ struct Replica {
     process: ControllerProcess,
 }
 
+/// One Lease per test run, in the namespace where the ServiceAccount may hold Leases.
+fn lease_name(ctx: &TestContext) -> String {
+    format!("app-controller-{}", ctx.namespace)
+}
+
 impl Replica {
     async fn start(ctx: &TestContext, identity: &'static str) -> anyhow::Result<Self> {
         let admin = format!("127.0.0.1:{}", free_port()?);
+        // As the ServiceAccount (e2e default): its Lease rights are in the system namespace.
+        let lease = lease_name(ctx);
         let args = [
             "--leader-elect",
             "--log-format=json",
             "--lease-name",
-            "app-controller-e2e",
+            &lease,
             "--lease-namespace",
-            ctx.namespace.as_str(),
+            SYSTEM_NAMESPACE,
             "--lease-duration",
             "4s",
             "--renew-deadline",
@@ -707,7 +714,7 @@ async fn leader_election_one_writer_and_takeover_after_sigkill() -> anyhow::Resu
     let lease_duration = Duration::from_secs(4);
 
     let holder = eventually(&ctx, "a Lease holder", Duration::from_secs(30), || async {
-        Ok(lease_holder(&client, &ctx.namespace, "app-controller-e2e")
+        Ok(lease_holder(&client, SYSTEM_NAMESPACE, &lease_name(&ctx))
             .await?
             .ok_or_else(|| "no holder".to_owned()))
     })
@@ -737,7 +744,7 @@ async fn leader_election_one_writer_and_takeover_after_sigkill() -> anyhow::Resu
         Duration::from_secs(30),
         || async {
             Ok(
-                match lease_holder(&client, &ctx.namespace, "app-controller-e2e").await? {
+                match lease_holder(&client, SYSTEM_NAMESPACE, &lease_name(&ctx)).await? {
                     Some(h) if h == follower.identity => Ok(()),
                     other => Err(format!("holder {other:?}")),
                 },
@@ -761,8 +768,8 @@ async fn leader_election_one_writer_and_takeover_after_sigkill() -> anyhow::Resu
     wait_deployed(&ctx, "second", "InstallSucceeded", "0.1.0").await?;
     assert!(follower.writes().await? > 0.0, "the new leader writes");
     assert_eq!(reporting_instances(&ctx, "second").await?, [follower.identity]);
-    let lease: Lease = Api::namespaced(client.clone(), &ctx.namespace)
-        .get("app-controller-e2e")
+    let lease: Lease = Api::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get(&lease_name(&ctx))
         .await?;
     assert!(
         lease.spec.and_then(|s| s.lease_transitions).unwrap_or_default() >= 1,

@@ -308,3 +308,85 @@ async fn mutating_operations_queue_in_creation_order() -> anyhow::Result<()> {
     wait_deployed(&ctx, "shop", "UpgradeSucceeded", "0.1.0").await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn engines_restarted_mid_operation_resume_without_duplicates() -> anyhow::Result<()> {
+    let ctx = TestContext::new("ops-restart").await?;
+    bare_app(&ctx, "wiki").await?;
+    let engine = start_engine(&ctx, "runbook-engine", &[]).await?;
+    // A pod that never schedules keeps the Job running until activeDeadlineSeconds.
+    let mut slow = job("sleep 1000");
+    slow["activeDeadlineSeconds"] = json!(12);
+    slow["template"]["spec"]["nodeSelector"] = json!({"vworkspace.io/no-such-node": "true"});
+    create_operation(&ctx, &operation("slow", "wiki", "Runbook", json!({"job": slow}))).await?;
+    let running = wait_phase(&ctx, "slow", OperationPhase::Running, "Running").await?;
+    let started = running.status.unwrap().start_time;
+
+    drop(engine); // SIGKILL (kill_on_drop)
+    let _engine = start_engine(&ctx, "runbook-engine", &[]).await?;
+    let failed = wait_phase(&ctx, "slow", OperationPhase::Failed, "DeadlineExceeded").await?;
+    assert_eq!(failed.status.unwrap().start_time, started, "the start is recorded once");
+    let uid = failed.metadata.uid.clone().unwrap_or_default();
+    let jobs = ctx
+        .api::<Job>()
+        .list(&kube::api::ListParams::default().labels(&format!("vworkspace.io/operation-uid={uid}")))
+        .await?;
+    assert_eq!(jobs.items.len(), 1, "one Job, whatever the restarts");
+    Ok(())
+}
+
+#[tokio::test]
+async fn snapshot_creates_volume_snapshots_and_maps_ready_to_use() -> anyhow::Result<()> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let ctx = TestContext::new("ops-snapshot").await?;
+    bare_app(&ctx, "db").await?;
+    for pvc in ["data", "logs"] {
+        ctx.apply_yaml(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {pvc}}}\nspec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"
+        ))
+        .await?;
+    }
+    let _engine = start_engine(&ctx, "backup-engine", &[]).await?;
+    create_operation(
+        &ctx,
+        &operation("snap", "db", "Snapshot", json!({"volumeSnapshotClassName": "csi-test"})),
+    )
+    .await?;
+    let running = wait_operation(
+        &ctx,
+        "snap",
+        "Running with two VolumeSnapshots",
+        OPERATION_TIMEOUT,
+        |op| {
+            op.status
+                .as_ref()
+                .is_some_and(|s| s.children.iter().filter(|c| c.kind == "VolumeSnapshot").count() == 2)
+        },
+    )
+    .await?;
+    assert_eq!(phase_reason(&running).0, Some(OperationPhase::Running));
+
+    // CSI test double: no CSI driver runs here, so the test plays the snapshot controller
+    // and marks each VolumeSnapshot readyToUse through the status subresource.
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshot"),
+        "volumesnapshots",
+    );
+    let snapshots: kube::Api<DynamicObject> = kube::Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource);
+    let children = running.status.unwrap().children;
+    for (i, child) in children.iter().filter(|c| c.kind == "VolumeSnapshot").enumerate() {
+        let snapshot = snapshots.get(&child.name).await?;
+        assert_eq!(snapshot.data["spec"]["volumeSnapshotClassName"], "csi-test");
+        let status = json!({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "status": {"readyToUse": true, "boundVolumeSnapshotContentName": format!("content-{i}")}});
+        snapshots
+            .patch_status(
+                &child.name,
+                &PatchParams::apply("csi-test-double").force(),
+                &Patch::Apply(&status),
+            )
+            .await?;
+    }
+    wait_phase(&ctx, "snap", OperationPhase::Succeeded, "Completed").await?;
+    Ok(())
+}
