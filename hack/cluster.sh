@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Local Kubernetes with real Flux, as local processes inside a network
-# namespace whose only interface is loopback.
+# Local Kubernetes with real Flux and real Velero (S3 served by moto), as local
+# processes inside a network namespace whose only interface is loopback.
 #
 #   hack/cluster.sh up       build (cached) + start everything, wait for readiness
 #   hack/cluster.sh down     stop our processes, delete state and the netns
@@ -16,9 +16,17 @@ PID_DIR="$CLUSTER_DIR/pids"
 LOG_DIR="$CLUSTER_DIR/logs"
 CHART_PORT=18879
 APISERVER=https://127.0.0.1:6443
+# Velero and its object store (docs/development/local-cluster.md#velero-and-s3).
+# Velero's controller-runtime manager also listens on :8080 (not configurable).
+S3_PORT=18900
+S3_URL=http://127.0.0.1:$S3_PORT
+VELERO_METRICS_PORT=18901
+VELERO_PROFILER_PORT=18902
+VELERO_NS=velero
+VELERO_BUCKET=velero
 
-# Components in start order; stopped in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok chart-server source-controller helm-controller)
+# Components; stopped in reverse order of this list.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok chart-server source-controller helm-controller moto velero)
 
 in_netns() { ip netns exec "$NETNS" "$@"; }
 
@@ -107,6 +115,13 @@ prepare_assets() {
   kw=$(cd "$HACK_DIR/tools/kwok" && go_mod_dir "sigs.k8s.io/kwok@$KWOK_VERSION")
   cp "$hc"/config/crd/bases/*.yaml "$sc"/config/crd/bases/*.yaml "$assets/flux-crds/"
   chmod u+w "$assets"/flux-crds/*.yaml
+  # CSI snapshot CRDs only (no snapshot controller): Velero's CSI support and
+  # the engines read these types.
+  local snap
+  snap=$(cd / && go_mod_dir "github.com/kubernetes-csi/external-snapshotter/client/v8@$EXTERNAL_SNAPSHOTTER_VERSION")
+  mkdir -p "$assets/snapshot-crds"
+  cp "$snap"/config/crd/snapshot.storage.k8s.io_*.yaml "$assets/snapshot-crds/"
+  chmod u+w "$assets"/snapshot-crds/*.yaml
   for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
            pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
     echo '---'; cat "$kw/kustomize/stage/$f.yaml"
@@ -117,6 +132,18 @@ prepare_assets() {
 
 kubectl_() { in_netns "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 
+# Until every CRD is Established. One list per poll: `kubectl wait crd --all`
+# takes about 0.1 s per CRD, 2.5 s for the 25 of this cluster.
+wait_crds_established() {
+  local deadline=$((SECONDS + 60)) out
+  local fmt='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Established")].status}{"\n"}{end}'
+  while :; do
+    out=$(kubectl_ get crd -o "jsonpath=$fmt") && ! grep -v '=True$' <<<"$out" | grep -q . && return
+    (( SECONDS > deadline )) && die "CRDs not Established after 60s: $(grep -v '=True$' <<<"$out" | tr '\n' ' ')"
+    sleep 0.2
+  done
+}
+
 start_all() {
   local d=$CLUSTER_DIR B=$BIN_DIR
   start etcd "$B/etcd" --name vws-e2e --data-dir "$d/etcd" \
@@ -124,6 +151,8 @@ start_all() {
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster vws-e2e=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
   wait_for etcd 60 curl -fsS http://127.0.0.1:2379/health
+  # moto (S3) takes a moment to import; let it do so while the apiserver starts.
+  start moto "$VELERO_DIR/moto/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
 
   start kube-apiserver "$B/kube-apiserver" \
     --etcd-servers=http://127.0.0.1:2379 --bind-address=127.0.0.1 --secure-port=6443 \
@@ -134,10 +163,15 @@ start_all() {
     --authorization-mode=Node,RBAC --allow-privileged=true --cert-dir="$d/apiserver-certs"
   wait_for kube-apiserver 120 curl -fsS --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" "$APISERVER/readyz"
 
+  # Velero's part (its CRDs, bucket, BackupStorageLocation, server) runs alongside
+  # everything below; the server is waited for last.
+  start_velero &
+  local velero_setup=$!
+
   # CRDs before the controllers that watch them.
   kubectl_ apply --server-side --field-manager=vws-cluster-up -f "$d/assets/flux-crds/" >/dev/null
   kubectl_ apply --server-side --field-manager=vws-cluster-up -f "$REPO_ROOT/deploy/crds/" >/dev/null
-  kubectl_ wait --for=condition=Established --timeout=60s crd --all >/dev/null
+  wait_crds_established
 
   start kube-controller-manager "$B/kube-controller-manager" --kubeconfig="$KUBECONFIG_PATH" \
     --authentication-kubeconfig="$KUBECONFIG_PATH" --authorization-kubeconfig="$KUBECONFIG_PATH" \
@@ -181,11 +215,91 @@ EOF
     --watch-all-namespaces=true --log-encoding=console --requeue-dependency=5s --concurrent=4
   wait_for source-controller 90 curl -fsS http://127.0.0.1:19440/readyz
   wait_for helm-controller 90 curl -fsS http://127.0.0.1:19441/readyz
+  wait "$velero_setup" || die "setting up Velero failed (see above)"
+  # Velero validates the BackupStorageLocation against moto shortly after it starts.
+  wait_for velero 90 bash -c '[[ $("$0" --kubeconfig "$1" -n "$2" get backupstoragelocations.velero.io default \
+    -o "jsonpath={.status.phase}") == Available ]]' "$BIN_DIR/kubectl" "$KUBECONFIG_PATH" "$VELERO_NS"
+}
+
+# Velero's CRDs, the bucket in moto (started earlier), Velero's namespace,
+# credentials and BackupStorageLocation, then `velero server` out of cluster
+# with the AWS object-store plugin. No node-agent and no volume snapshot
+# location: backups of resources only (snapshotVolumes: false).
+start_velero() {
+  local d=$CLUSTER_DIR V=$VELERO_DIR
+  # Velero's CRDs (from its own `velero install --crds-only`) and the CSI snapshot CRDs.
+  kubectl_ apply --server-side --field-manager=vws-cluster-up -f "$V/crds/velero.yaml" \
+    -f "$d/assets/snapshot-crds/" >/dev/null
+  wait_crds_established
+
+  mkdir -p "$d/velero/tmp"
+  wait_for moto 30 curl -fsS -o /dev/null "$S3_URL/moto-api/"
+  # moto accepts unsigned requests and any credentials; re-creating the bucket is a no-op.
+  in_netns curl -fsS -o /dev/null -X PUT "$S3_URL/$VELERO_BUCKET" || die "creating bucket $VELERO_BUCKET in moto failed"
+
+  # What the AWS plugin authenticates with (AWS_SHARED_CREDENTIALS_FILE below), also as the
+  # Secret `velero install` creates, for BackupStorageLocations that set spec.credential.
+  # The Deployment is the one `velero install` creates, scaled to zero, as in Velero's own
+  # "run locally" setup: the server runs out of cluster, but every restore reads it (the
+  # pod-volume restore action takes the restore-helper image from it) and fails with
+  # 'deployments.apps "velero" not found' without it.
+  printf '[default]\naws_access_key_id = vws-velero\naws_secret_access_key = vws-velero-secret\n' \
+    > "$d/velero/credentials"
+  kubectl_ apply --server-side --field-manager=vws-cluster-up -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: $VELERO_NS}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: cloud-credentials, namespace: $VELERO_NS}
+stringData:
+  cloud: |
+$(sed 's/^/    /' "$d/velero/credentials")
+---
+apiVersion: velero.io/v1
+kind: BackupStorageLocation
+metadata: {name: default, namespace: $VELERO_NS}
+spec:
+  provider: aws
+  default: true
+  objectStorage: {bucket: $VELERO_BUCKET}
+  config: {region: us-east-1, s3ForcePathStyle: "true", s3Url: "$S3_URL"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: velero
+  namespace: $VELERO_NS
+  labels: {component: velero, deploy: velero}
+spec:
+  replicas: 0
+  selector: {matchLabels: {deploy: velero}}
+  template:
+    metadata: {labels: {component: velero, deploy: velero}}
+    spec:
+      containers:
+      - name: velero
+        image: velero/velero:$VELERO_VERSION
+        command: [/velero]
+        args: [server]
+EOF
+
+  # Out of cluster, like Velero's own "run locally" development setup. HOME and
+  # TMPDIR keep ~/.config/velero and the credential files Velero writes for its
+  # plugins (<tmp>/credentials) inside this cluster's directory.
+  start velero env KUBECONFIG="$KUBECONFIG_PATH" HOME="$d/velero" TMPDIR="$d/velero/tmp" \
+    AWS_SHARED_CREDENTIALS_FILE="$d/velero/credentials" AWS_EC2_METADATA_DISABLED=true \
+    "$V/bin/velero" server --namespace "$VELERO_NS" --plugin-dir "$V/plugins" \
+    --metrics-address "127.0.0.1:$VELERO_METRICS_PORT" --profiler-address "127.0.0.1:$VELERO_PROFILER_PORT" \
+    --default-backup-storage-location default \
+    --log-format text --log-level info
 }
 
 cmd_up() {
   local t0=$SECONDS
   BIN_DIR=$("$HACK_DIR/build-cluster-bins.sh")
+  VELERO_DIR=$("$HACK_DIR/build-velero-bins.sh")
   ensure_netns
   gen_certs
   prepare_assets
@@ -196,6 +310,11 @@ cmd_up() {
     echo "export VWS_BIN_DIR=$BIN_DIR"
     echo "export VWS_CLUSTER_DIR=$CLUSTER_DIR"
     echo "export VWS_CHART_REPO=http://127.0.0.1:$CHART_PORT"
+    echo "export VWS_VELERO_DIR=$VELERO_DIR"
+    echo "export VWS_VELERO_NAMESPACE=$VELERO_NS"
+    echo "export VWS_S3_URL=$S3_URL"
+    echo "export VWS_S3_BUCKET=$VELERO_BUCKET"
+    echo "export VELERO_NAMESPACE=$VELERO_NS"
   } > "$CLUSTER_DIR/env"
   log "cluster up in $((SECONDS - t0))s: KUBECONFIG=$KUBECONFIG_PATH, netns $NETNS (source $CLUSTER_DIR/env)"
 }
@@ -220,7 +339,7 @@ cmd_down() {
     for pid in $(ip netns pids "$NETNS" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$NETNS" || true
   fi
-  rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/flux-artifacts" "$CLUSTER_DIR/env"
+  rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/flux-artifacts" "$CLUSTER_DIR/velero" "$CLUSTER_DIR/env"
   log "cluster down (logs kept in $LOG_DIR)"
 }
 
@@ -236,6 +355,8 @@ cmd_status() {
     in_netns curl -fsS --cacert "$CLUSTER_DIR/ca.crt" --cert "$CLUSTER_DIR/admin.crt" --key "$CLUSTER_DIR/admin.key" \
       "$APISERVER/version" | python3 -c 'import json,sys; print("apiserver version:", json.load(sys.stdin)["gitVersion"])'
     kubectl_ get nodes -o wide 2>/dev/null | head -3
+    printf 'velero BackupStorageLocation default: %s\n' \
+      "$(kubectl_ -n "$VELERO_NS" get backupstoragelocations.velero.io default -o 'jsonpath={.status.phase}' 2>/dev/null)"
   fi
   return $rc
 }
@@ -246,8 +367,11 @@ case "${1:-}" in
   status) cmd_status ;;
   exec)
     shift; ensure_netns
-    # The cluster's tools (kubectl) first on PATH, and its env (KUBECONFIG, ...) exported.
-    if [[ -f $CLUSTER_DIR/env ]]; then source "$CLUSTER_DIR/env"; export PATH="$VWS_BIN_DIR:$PATH"; fi
+    # The cluster's tools (kubectl, velero) first on PATH, and its env (KUBECONFIG, ...) exported.
+    if [[ -f $CLUSTER_DIR/env ]]; then
+      source "$CLUSTER_DIR/env"
+      export PATH="$VWS_BIN_DIR:${VWS_VELERO_DIR:+$VWS_VELERO_DIR/bin:}$PATH"
+    fi
     in_netns "$@" ;;
   env) cat "$CLUSTER_DIR/env" ;;
   *) echo "usage: $0 up|down|status|exec CMD...|env" >&2; exit 2 ;;

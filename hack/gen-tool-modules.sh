@@ -6,7 +6,18 @@
 # modules, etcd's ../api, Flux's ./api). A wrapper module requires the upstream
 # module and re-states the non-local replaces, taken from the upstream go.mod
 # itself so a version bump never needs hand-editing.
+#
+#   hack/gen-tool-modules.sh               regenerate every wrapper
+#   hack/gen-tool-modules.sh velero ...    only the named ones (kube, etcd, kwok,
+#                                          helm-controller, source-controller, velero)
 source "$(dirname "$0")/lib.sh"
+
+SELECTED=("$@")
+selected() { # name: true if no names were given on the command line, or this one was
+  (( ${#SELECTED[@]} == 0 )) && return 0
+  local s; for s in "${SELECTED[@]}"; do [[ $s == "$1" ]] && return 0; done
+  return 1
+}
 
 gen_module() { # tools-subdir module-path: a fresh wrapper go.mod
   local dir="$HACK_DIR/tools/$1" mod="$2"
@@ -50,34 +61,72 @@ for r in json.load(sys.stdin).get("Replace") or []:
   done
 }
 
+# `go get -tool` that survives requirement versions the module proxy refuses
+# ("403 ... This module version is not available"): such a requirement is raised
+# to the next patch release of the same minor that the proxy serves, with a
+# WARNING, and `go get` is retried. Velero v1.18.3 needs this: it requires
+# k8s.io/cli-runtime v0.33.12, which the proxy does not serve.
+go_get_tool_with_patch_fallback() { # dir pkg@version...
+  local dir=$1; shift
+  local err mod ver next attempt
+  for attempt in 1 2 3 4 5 6 7 8; do
+    if err=$(cd "$dir" && go get -tool "$@" 2>&1); then return 0; fi
+    read -r mod ver < <(grep -oE '[^[:space:]]+@v[^:[:space:]]+: reading [^ ]+: 403' <<<"$err" | head -1 |
+                        sed -E 's/^([^@ ]+)@(v[^:]+): .*/\1 \2/') || true
+    if [[ -z ${mod:-} ]]; then printf '%s\n' "$err" >&2; return 1; fi
+    next=$(cd /tmp && go list -m -versions "$mod" | tr ' ' '\n' | python3 -c '
+import re, sys
+want = sys.argv[1]
+def key(v): return tuple(int(x) for x in re.match(r"v(\d+)\.(\d+)\.(\d+)$", v).groups())
+mm = key(want)[:2]
+c = sorted((v for v in sys.stdin.read().split() if re.match(r"v\d+\.\d+\.\d+$", v)
+            and key(v)[:2] == mm and key(v) > key(want)), key=key)
+print(c[0] if c else "")' "$ver")
+    if [[ -z $next ]]; then
+      printf '%s\n' "$err" >&2
+      die "$mod@$ver is not served by the module proxy, and no later patch release of it is"
+    fi
+    log "WARNING: $mod@$ver is not served by the module proxy; requiring $mod@$next instead"
+    (cd "$dir" && go get "$mod@$next") # a plain requirement, not a tool; MVS keeps it
+  done
+  die "go get -tool in $dir: too many unavailable versions"
+}
+
 # --- Kubernetes control plane -------------------------------------------------
-log "kube $KUBE_VERSION"
-gen_module kube vworkspace.local/tools/kube
-d="$HACK_DIR/tools/kube"
-kk_gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-staging="v0.${KUBE_VERSION#v1.}"
-grep -o 'k8s.io/[a-z0-9-]* => ./staging' "$kk_gomod" | awk '{print $1}' | sort -u |
-  while read -r m; do (cd "$d" && go mod edit -replace="$m=$m@$staging"); done
-# godebug lines of dependencies are ignored; only the main module's apply.
-grep -E '^godebug ' "$kk_gomod" >> "$d/go.mod" || true
-(cd "$d" && go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
-   "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION" \
-   "k8s.io/kubernetes/cmd/kube-scheduler@$KUBE_VERSION" \
-   "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION")
+if selected kube; then
+  log "kube $KUBE_VERSION"
+  gen_module kube vworkspace.local/tools/kube
+  d="$HACK_DIR/tools/kube"
+  kk_gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  staging="v0.${KUBE_VERSION#v1.}"
+  grep -o 'k8s.io/[a-z0-9-]* => ./staging' "$kk_gomod" | awk '{print $1}' | sort -u |
+    while read -r m; do (cd "$d" && go mod edit -replace="$m=$m@$staging"); done
+  # godebug lines of dependencies are ignored; only the main module's apply.
+  grep -E '^godebug ' "$kk_gomod" >> "$d/go.mod" || true
+  (cd "$d" && go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" \
+     "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION" \
+     "k8s.io/kubernetes/cmd/kube-scheduler@$KUBE_VERSION" \
+     "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION")
+fi
 
 # --- etcd ---------------------------------------------------------------------
-log "etcd $ETCD_VERSION"
-gen_module etcd vworkspace.local/tools/etcd
-(cd "$HACK_DIR/tools/etcd" && go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+if selected etcd; then
+  log "etcd $ETCD_VERSION"
+  gen_module etcd vworkspace.local/tools/etcd
+  (cd "$HACK_DIR/tools/etcd" && go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+fi
 
 # --- kwok ---------------------------------------------------------------------
-log "kwok $KWOK_VERSION"
-gen_module kwok vworkspace.local/tools/kwok
-(cd "$HACK_DIR/tools/kwok" && go get -tool "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION")
+if selected kwok; then
+  log "kwok $KWOK_VERSION"
+  gen_module kwok vworkspace.local/tools/kwok
+  (cd "$HACK_DIR/tools/kwok" && go get -tool "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION")
+fi
 
 # --- Flux: one wrapper per controller (their go-digest replaces conflict) -----
 for pair in "helm-controller:$HELM_CONTROLLER_VERSION" "source-controller:$SOURCE_CONTROLLER_VERSION"; do
   name=${pair%%:*} ver=${pair#*:}
+  selected "$name" || continue
   log "$name $ver"
   gen_module "$name" "vworkspace.local/tools/$name"
   up=$(go mod download -json "github.com/fluxcd/$name@$ver" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
@@ -85,4 +134,29 @@ for pair in "helm-controller:$HELM_CONTROLLER_VERSION" "source-controller:$SOURC
   fallback_unavailable_forks "$HACK_DIR/tools/$name"
   (cd "$HACK_DIR/tools/$name" && go get -tool "github.com/fluxcd/$name@$ver")
 done
+
+# --- Velero server + AWS object-store plugin: one wrapper, one go build --------
+# Separately cached (see velero_cache_key in lib.sh): regenerating it never
+# invalidates the Kubernetes/Flux binaries.
+if selected velero; then
+  log "velero $VELERO_VERSION, velero-plugin-for-aws $VELERO_PLUGIN_AWS_VERSION"
+  gen_module velero vworkspace.local/tools/velero
+  for m in "github.com/vmware-tanzu/velero@$VELERO_VERSION" \
+           "github.com/vmware-tanzu/velero-plugin-for-aws@$VELERO_PLUGIN_AWS_VERSION"; do
+    up=$(go mod download -json "$m" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+    copy_nonlocal_replaces "$HACK_DIR/tools/velero" "$up"
+  done
+  fallback_unavailable_forks "$HACK_DIR/tools/velero"
+  # The plugin requires an older velero patch release; MVS then picks ours.
+  go_get_tool_with_patch_fallback "$HACK_DIR/tools/velero" "github.com/vmware-tanzu/velero/cmd/velero@$VELERO_VERSION" \
+     "github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws@$VELERO_PLUGIN_AWS_VERSION"
+  # moto (the S3 server) is pinned with its whole dependency closure, so the venv
+  # is reproducible. Resolved in a throwaway venv.
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  python3 -m venv "$tmp/venv"
+  "$tmp/venv/bin/pip" install --quiet "moto[server]==$MOTO_VERSION"
+  { echo "# Generated by hack/gen-tool-modules.sh from MOTO_VERSION=$MOTO_VERSION; do not edit."
+    "$tmp/venv/bin/pip" freeze; } \
+    > "$HACK_DIR/tools/velero/moto-requirements.txt"
+fi
 log "wrappers regenerated under hack/tools/"

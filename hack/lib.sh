@@ -6,6 +6,8 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 # shellcheck source=versions.env
 source "$HACK_DIR/versions.env"
+# shellcheck source=versions-velero.env
+source "$HACK_DIR/versions-velero.env"
 
 export GOTOOLCHAIN=local
 export GOFLAGS=-buildvcs=false
@@ -14,11 +16,25 @@ export CGO_ENABLED=0
 # Binaries live outside the repository, keyed by everything that decides them,
 # so a clean clone reuses them and a version bump rebuilds.
 CACHE_ROOT="${VWS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vworkspace-operator}"
+# Velero (hack/tools/velero, hack/versions-velero.env) is cached on its own, so
+# it is left out of this key: adding or bumping it never rebuilds Kubernetes.
 cache_key() {
-  { cat "$HACK_DIR/versions.env" \
-      "$HACK_DIR"/tools/*/go.mod "$HACK_DIR"/tools/*/go.sum 2>/dev/null || true; } | sha256sum | cut -c1-16
+  local d mods=() sums=()
+  for d in "$HACK_DIR"/tools/*/; do
+    [[ $d == */tools/velero/ ]] && continue
+    mods+=("${d}go.mod"); sums+=("${d}go.sum")
+  done
+  { cat "$HACK_DIR/versions.env" "${mods[@]}" "${sums[@]}" 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
 BIN_DIR="$CACHE_ROOT/bin-$(cache_key)"
+
+# Velero server, its AWS plugin and the moto venv, keyed by their own pins only.
+velero_cache_key() {
+  { grep -E '^(VELERO|MOTO)_' "$HACK_DIR/versions-velero.env"
+    cat "$HACK_DIR"/tools/velero/go.mod "$HACK_DIR"/tools/velero/go.sum \
+        "$HACK_DIR"/tools/velero/moto-requirements.txt 2>/dev/null || true; } | sha256sum | cut -c1-16
+}
+VELERO_DIR="$CACHE_ROOT/velero-$(velero_cache_key)"
 
 # Runtime state of the local cluster (certs, kubeconfig, logs, pids): ignored by git.
 CLUSTER_DIR="${VWS_CLUSTER_DIR:-$REPO_ROOT/target/e2e-cluster}"
