@@ -83,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         scope: scope.clone(),
         concurrency: cli.common.concurrency,
     };
+    let publisher = controller_kit_publisher(&cli.common, NAME);
     let ctx_client = client.clone();
     let make_context = move |store| Context {
         client: ctx_client,
@@ -93,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
         recorder,
         store,
         failures: controller::failures(),
+        publisher,
     };
 
     tokio::select! {
@@ -103,4 +105,9 @@ async fn main() -> anyhow::Result<()> {
     election.wait().await?;
     admin.await??;
     Ok(())
+}
+
+/// The status channel publisher for `--status-channel-endpoint` (disabled when unset).
+fn controller_kit_publisher(common: &controller_kit::CommonArgs, name: &str) -> status_channel::Publisher {
+    status_channel::Publisher::from_flag(common.status_channel_endpoint.as_deref(), name, &common.identity)
 }

@@ -96,6 +96,8 @@ pub struct Context {
     pub metrics: ControllerMetrics,
     pub recorder: Recorder,
     pub store: Store<DeserializeGuard<ApplicationInstance>>,
+    /// Status changes go to the agent's status channel (a no-op when none is configured).
+    pub publisher: status_channel::Publisher,
     /// Consecutive failures per object, for exponential requeue.
     pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<ApplicationInstance>>, u32>>,
 }
@@ -387,6 +389,8 @@ async fn write_status(
         &Patch::Apply(&patch),
     )
     .await?;
+    ctx.publisher
+        .publish(status_channel::convert::application(app, &next, jiff::Timestamp::now()));
 
     let before = status::ready(app.status.as_ref());
     let after = status::ready(Some(&next));

@@ -100,6 +100,12 @@ pub struct CommonArgs {
     /// Identity written into the Lease (defaults to `<hostname>-<pid>`).
     #[arg(long, env = "POD_NAME", default_value_t = default_identity())]
     pub identity: String,
+
+    /// gRPC endpoint of the agent's status channel (e.g. `http://vworkspace-agent:9090`).
+    /// Status changes are published there as they are written; unset, nothing is published.
+    /// Publishing never blocks or fails the controller.
+    #[arg(long, env = "VWS_STATUS_CHANNEL_ENDPOINT")]
+    pub status_channel_endpoint: Option<String>,
 }
 
 /// A flag combination that is individually valid but inconsistent.

@@ -79,6 +79,11 @@ impl EngineMain {
             gate: election.gate(),
             metrics,
             recorder,
+            publisher: status_channel::Publisher::from_flag(
+                common.status_channel_endpoint.as_deref(),
+                self.name,
+                &common.identity,
+            ),
         };
         let synced = SyncTracker::new(self.controllers.len(), readiness);
         let runs = self

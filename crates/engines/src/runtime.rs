@@ -168,6 +168,8 @@ pub struct EngineSettings {
     pub metrics: controller_kit::Metrics,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Status changes go to the agent's status channel (a no-op when none is configured).
+    pub publisher: status_channel::Publisher,
 }
 
 /// Marks the binary ready once every controller's cache has synced.
@@ -523,6 +525,11 @@ async fn claim<D: Driver>(
             &Patch::Apply(&patch),
         )
         .await?;
+    if let Some(status) = &claimed.status {
+        ctx.settings
+            .publisher
+            .publish(status_channel::convert::operation(&claimed, status, now));
+    }
     info!(r#type = op.spec.type_.as_str(), "operation started");
     publish(ctx, op, EventType::Normal, "Started", "Operation started".into()).await;
     Ok(claimed)
@@ -581,6 +588,9 @@ async fn write_status<D: Driver>(
         &Patch::Apply(&patch),
     )
     .await?;
+    ctx.settings
+        .publisher
+        .publish(status_channel::convert::operation(op, next, Timestamp::now()));
     Ok(())
 }
 
