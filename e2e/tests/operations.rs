@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use api::{ApplicationInstance, Operation, OperationPhase};
+use kube::ResourceExt;
 use e2e::{
     TestContext,
     apps::{app, apply_app, start_controller, wait_deployed},
@@ -388,5 +389,127 @@ async fn snapshot_creates_volume_snapshots_and_maps_ready_to_use() -> anyhow::Re
             .await?;
     }
     wait_phase(&ctx, "snap", OperationPhase::Succeeded, "Completed").await?;
+    Ok(())
+}
+
+/// A ConfigMap the application owns at run time (not part of its chart).
+fn data_config_map(value: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app-data}}\ndata: {{state: {value}}}\n")
+}
+
+async fn data_state(ctx: &TestContext) -> anyhow::Result<Option<String>> {
+    Ok(ctx
+        .api::<ConfigMap>()
+        .get_opt("app-data")
+        .await?
+        .and_then(|cm| cm.data.and_then(|d| d.get("state").cloned())))
+}
+
+#[tokio::test]
+async fn velero_backup_and_restore_bring_back_deleted_objects() -> anyhow::Result<()> {
+    let ctx = TestContext::new("ops-velero").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _backup = start_engine(&ctx, "backup-engine", &[]).await?;
+    let _restore = start_engine(&ctx, "restore-engine", &[]).await?;
+    apply_app(&ctx, &app("shop", "demo-app", "0.1.0", json!({"greeting": "hello"}))).await?;
+    wait_deployed(&ctx, "shop", "InstallSucceeded", "0.1.0").await?;
+    ctx.apply_yaml(&data_config_map("v1")).await?;
+
+    // Backup with the real Velero server (S3 on loopback).
+    create_operation(&ctx, &operation("nightly", "shop", "Backup", json!({"ttl": "24h"}))).await?;
+    let backup = wait_phase(&ctx, "nightly", OperationPhase::Succeeded, "Completed").await?;
+    let velero_backup = backup
+        .status
+        .clone()
+        .unwrap()
+        .children
+        .into_iter()
+        .find(|c| c.api_version == "velero.io/v1" && c.kind == "Backup")
+        .expect("the Velero Backup is listed");
+    assert_eq!(velero_backup.namespace.as_deref(), Some("velero"));
+
+    // Lose data: a release object and a run-time object.
+    ctx.api::<ConfigMap>().delete("shop-config", &Default::default()).await?;
+    ctx.api::<ConfigMap>().delete("app-data", &Default::default()).await?;
+
+    create_operation(
+        &ctx,
+        &operation("undo", "shop", "Restore", json!({"source": {"operationName": "nightly"}})),
+    )
+    .await?;
+    let restored = wait_phase(&ctx, "undo", OperationPhase::Succeeded, "Completed").await?;
+    assert!(restored.status.unwrap().children.iter().any(|c| c.kind == "Restore"));
+    assert!(ctx.api::<ConfigMap>().get_opt("shop-config").await?.is_some(), "release object restored");
+    assert_eq!(data_state(&ctx).await?.as_deref(), Some("v1"), "run-time object restored");
+    // The hold on Flux is released.
+    let shop = ctx.api::<ApplicationInstance>().get("shop").await?;
+    assert!(
+        !shop.annotations().contains_key(api::ANNOTATION_SUSPENDED_BY),
+        "{:?}",
+        shop.annotations()
+    );
+    wait_deployed(&ctx, "shop", "InstallSucceeded", "0.1.0").await?;
+
+    // Invalid references fail fast, nothing half-applied.
+    create_operation(
+        &ctx,
+        &operation("ghost", "shop", "Restore", json!({"source": {"operationName": "missing"}})),
+    )
+    .await?;
+    wait_phase(&ctx, "ghost", OperationPhase::Failed, "BackupNotFound").await?;
+    create_operation(
+        &ctx,
+        &operation("elsewhere", "shop", "Backup", json!({"storageLocation": "does-not-exist"})),
+    )
+    .await?;
+    let refused = wait_phase(&ctx, "elsewhere", OperationPhase::Failed, "Failed").await?;
+    let result = refused.status.unwrap().result.unwrap_or_default();
+    assert!(result.contains("does-not-exist"), "Velero's validation error is surfaced: {result}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn failed_upgrade_rolls_back_and_restores_the_pre_upgrade_backup() -> anyhow::Result<()> {
+    let ctx = TestContext::new("ops-rollback-restore").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _upgrade = start_engine(&ctx, "upgrade-engine", &[]).await?;
+    let _backup = start_engine(&ctx, "backup-engine", &[]).await?;
+    let _restore = start_engine(&ctx, "restore-engine", &[]).await?;
+    apply_app(&ctx, &app("crm", "broken-app", "1.0.0", json!({}))).await?;
+    wait_deployed(&ctx, "crm", "InstallSucceeded", "1.0.0").await?;
+    ctx.apply_yaml(&data_config_map("before-upgrade")).await?;
+
+    create_operation(
+        &ctx,
+        &operation(
+            "up",
+            "crm",
+            "Upgrade",
+            json!({"chartVersion": "2.0.0", "backupFirst": true, "onFailure": "RollbackAndRestore"}),
+        ),
+    )
+    .await?;
+    // The pre-upgrade backup runs first; then the "migration" damages the data.
+    wait_phase(&ctx, "up-backup", OperationPhase::Succeeded, "Completed").await?;
+    ctx.apply_yaml(&data_config_map("damaged-by-upgrade")).await?;
+
+    let failed = wait_operation(&ctx, "up", "Failed after rollback and restore", OPERATION_TIMEOUT * 2, |op| {
+        phase_reason(op).0 == Some(OperationPhase::Failed)
+    })
+    .await?;
+    let (_, reason) = phase_reason(&failed);
+    let status = failed.status.unwrap();
+    let result = status.result.unwrap_or_default();
+    assert_eq!(reason, "UpgradeFailed", "{result}");
+    assert!(result.contains("rolled back") && result.contains("restore"), "{result}");
+    for child in ["up-backup", "up-rollback", "up-restore"] {
+        assert!(status.children.iter().any(|c| c.name == child), "{child} in {:?}", status.children);
+        let op = ctx.api::<Operation>().get(child).await?;
+        assert_eq!(phase_reason(&op).0, Some(OperationPhase::Succeeded), "{child}");
+    }
+    assert_eq!(data_state(&ctx).await?.as_deref(), Some("before-upgrade"), "data restored");
+    let crm = ctx.api::<ApplicationInstance>().get("crm").await?;
+    assert_eq!(crm.spec.chart.version.as_deref(), Some("1.0.0"));
+    wait_deployed(&ctx, "crm", "UpgradeSucceeded", "1.0.0").await?;
     Ok(())
 }
