@@ -38,7 +38,11 @@ fn base<K: Resource<DynamicType = ()>>(object: &K, now: jiff::Timestamp) -> pb::
 }
 
 /// The event for an ApplicationInstance whose status is (now) `status`.
-pub fn application(app: &ApplicationInstance, status: &ApplicationInstanceStatus, now: jiff::Timestamp) -> pb::ObjectStatus {
+pub fn application(
+    app: &ApplicationInstance,
+    status: &ApplicationInstanceStatus,
+    now: jiff::Timestamp,
+) -> pb::ObjectStatus {
     pb::ObjectStatus {
         conditions: status.conditions.iter().map(condition).collect(),
         ..base(app, now)
@@ -85,7 +89,11 @@ mod tests {
         assert_eq!(event.phase, "Running");
         let reference = event.r#ref.unwrap();
         assert_eq!(
-            (reference.kind.as_str(), reference.namespace.as_str(), reference.name.as_str()),
+            (
+                reference.kind.as_str(),
+                reference.namespace.as_str(),
+                reference.name.as_str()
+            ),
             ("Operation", "team-a", "backup-1")
         );
         assert_eq!(reference.api_version, "vworkspace.io/v1alpha1");

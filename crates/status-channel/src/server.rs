@@ -24,8 +24,8 @@ pub enum Received {
     Status {
         /// Who published it.
         publisher: String,
-        /// The state.
-        status: pb::ObjectStatus,
+        /// The state (boxed: it is much larger than a resync marker).
+        status: Box<pb::ObjectStatus>,
     },
     /// The publisher may have lost events: re-list.
     Resync {
@@ -55,7 +55,7 @@ impl StatusChannel for Service {
                 let received = match event.payload {
                     Some(Payload::Object(status)) => Received::Status {
                         publisher: event.publisher,
-                        status,
+                        status: Box::new(status),
                     },
                     Some(Payload::Resync(resync)) => {
                         info!(publisher = %event.publisher, reason = %resync.reason, "publisher asks for a resync");
@@ -126,20 +126,29 @@ mod tests {
             instance: "p-0".into(),
             capacity: 16,
         });
-        let first = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap();
-        assert!(matches!(first, Received::Resync { ref reason, .. } if reason == "connected"), "{first:?}");
+        let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(first, Received::Resync { ref reason, .. } if reason == "connected"),
+            "{first:?}"
+        );
         let status = pb::ObjectStatus {
             uid: "u-1".into(),
             phase: "Running".into(),
             ..Default::default()
         };
         publisher.publish(status.clone());
-        let second = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+        let second = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             second,
             Received::Status {
                 publisher: "app-controller".into(),
-                status
+                status: Box::new(status)
             }
         );
         let _ = stop_tx.send(());
