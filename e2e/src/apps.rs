@@ -6,7 +6,7 @@ use std::time::Duration;
 use api::{ApplicationInstance, ApplicationInstanceSpec, ChartRepository, ChartSpec};
 use kube::api::{Patch, PatchParams};
 
-use crate::{CHART_REPO, FIELD_MANAGER, TestContext, eventually, process::ControllerProcess};
+use crate::{CHART_REPO, FIELD_MANAGER, TestContext, process::ControllerProcess, wait_object};
 
 /// How long an install or upgrade may take on the local cluster.
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -101,25 +101,9 @@ pub async fn wait_app(
     timeout: Duration,
     check: impl Fn(&ApplicationInstance) -> bool,
 ) -> anyhow::Result<ApplicationInstance> {
-    let api = ctx.api::<ApplicationInstance>();
-    eventually(ctx, &format!("ApplicationInstance {name}: {what}"), timeout, || {
-        let api = api.clone();
-        let check = &check;
-        async move {
-            Ok(match api.get_opt(name).await? {
-                Some(app) => {
-                    let current = app.status.as_ref().and_then(|s| s.observed_generation) == app.metadata.generation;
-                    if current && check(&app) {
-                        Ok(app)
-                    } else {
-                        Err(summary(&app))
-                    }
-                }
-                None => Err("not found".into()),
-            })
-        }
-    })
-    .await
+    let current =
+        |app: &ApplicationInstance| app.status.as_ref().and_then(|s| s.observed_generation) == app.metadata.generation;
+    wait_object(ctx, name, what, timeout, |app| current(app) && check(app), summary).await
 }
 
 /// Waits for `Ready` with the given status and reason.

@@ -285,7 +285,8 @@ pub async fn lease_holder(client: &Client, namespace_: &str, name_: &str) -> any
 }
 
 /// The binaries of the bundle that run under their own ServiceAccount in e2e.
-pub const BUNDLE_BINARIES: [&str; 5] = [
+pub const BUNDLE_BINARIES: [&str; 6] = [
+    "agent",
     "app-controller",
     "backup-engine",
     "restore-engine",

@@ -258,6 +258,36 @@ pub async fn apply_dynamic(
         .await?)
 }
 
+/// Waits until the namespaced object `name` exists and `check` accepts it; on timeout the
+/// last `summary` of it is in the error.
+pub async fn wait_object<K>(
+    ctx: &TestContext,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&K) -> bool,
+    summary: impl Fn(&K) -> String,
+) -> anyhow::Result<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let api = ctx.api::<K>();
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    eventually(ctx, &format!("{kind} {name}: {what}"), timeout, || {
+        let api = api.clone();
+        let (check, summary) = (&check, &summary);
+        async move {
+            Ok(match api.get_opt(name).await? {
+                Some(object) if check(&object) => Ok(object),
+                Some(object) => Err(summary(&object)),
+                None => Err("not found".into()),
+            })
+        }
+    })
+    .await
+}
+
 /// Polls `probe` until it returns `Some`, or fails after `timeout` with `what`, the last
 /// observed state and the test context's diagnostics.
 pub async fn eventually<T, F, Fut>(ctx: &TestContext, what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>

@@ -7,7 +7,7 @@ use api::{Operation, OperationPhase};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::{FIELD_MANAGER, TestContext, eventually, process::ControllerProcess};
+use crate::{FIELD_MANAGER, TestContext, process::ControllerProcess, wait_object};
 
 /// How long an Operation may take on the local cluster.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(150);
@@ -93,19 +93,7 @@ pub async fn wait_operation(
     timeout: Duration,
     check: impl Fn(&Operation) -> bool,
 ) -> anyhow::Result<Operation> {
-    let api = ctx.api::<Operation>();
-    eventually(ctx, &format!("Operation {name}: {what}"), timeout, || {
-        let api = api.clone();
-        let check = &check;
-        async move {
-            Ok(match api.get_opt(name).await? {
-                Some(op) if check(&op) => Ok(op),
-                Some(op) => Err(summary(&op)),
-                None => Err("not found".into()),
-            })
-        }
-    })
-    .await
+    wait_object(ctx, name, what, timeout, check, summary).await
 }
 
 /// Waits for the phase `phase` with the `Succeeded` reason `reason`.

@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use api::{ApplicationInstance, Operation, OperationPhase};
-use kube::ResourceExt;
 use e2e::{
     TestContext,
     apps::{app, apply_app, start_controller, wait_deployed},
     ops::{OPERATION_TIMEOUT, create_operation, operation, phase_reason, start_engine, wait_operation, wait_phase},
 };
 use k8s_openapi::api::{batch::v1::Job, core::v1::ConfigMap};
+use kube::ResourceExt;
 use serde_json::json;
 
 fn job(command: &str) -> serde_json::Value {
@@ -429,18 +429,32 @@ async fn velero_backup_and_restore_bring_back_deleted_objects() -> anyhow::Resul
     assert_eq!(velero_backup.namespace.as_deref(), Some("velero"));
 
     // Lose data: a release object and a run-time object.
-    ctx.api::<ConfigMap>().delete("shop-config", &Default::default()).await?;
+    ctx.api::<ConfigMap>()
+        .delete("shop-config", &Default::default())
+        .await?;
     ctx.api::<ConfigMap>().delete("app-data", &Default::default()).await?;
 
     create_operation(
         &ctx,
-        &operation("undo", "shop", "Restore", json!({"source": {"operationName": "nightly"}})),
+        &operation(
+            "undo",
+            "shop",
+            "Restore",
+            json!({"source": {"operationName": "nightly"}}),
+        ),
     )
     .await?;
     let restored = wait_phase(&ctx, "undo", OperationPhase::Succeeded, "Completed").await?;
     assert!(restored.status.unwrap().children.iter().any(|c| c.kind == "Restore"));
-    assert!(ctx.api::<ConfigMap>().get_opt("shop-config").await?.is_some(), "release object restored");
-    assert_eq!(data_state(&ctx).await?.as_deref(), Some("v1"), "run-time object restored");
+    assert!(
+        ctx.api::<ConfigMap>().get_opt("shop-config").await?.is_some(),
+        "release object restored"
+    );
+    assert_eq!(
+        data_state(&ctx).await?.as_deref(),
+        Some("v1"),
+        "run-time object restored"
+    );
     // The hold on Flux is released.
     let shop = ctx.api::<ApplicationInstance>().get("shop").await?;
     assert!(
@@ -453,18 +467,31 @@ async fn velero_backup_and_restore_bring_back_deleted_objects() -> anyhow::Resul
     // Invalid references fail fast, nothing half-applied.
     create_operation(
         &ctx,
-        &operation("ghost", "shop", "Restore", json!({"source": {"operationName": "missing"}})),
+        &operation(
+            "ghost",
+            "shop",
+            "Restore",
+            json!({"source": {"operationName": "missing"}}),
+        ),
     )
     .await?;
     wait_phase(&ctx, "ghost", OperationPhase::Failed, "BackupNotFound").await?;
     create_operation(
         &ctx,
-        &operation("elsewhere", "shop", "Backup", json!({"storageLocation": "does-not-exist"})),
+        &operation(
+            "elsewhere",
+            "shop",
+            "Backup",
+            json!({"storageLocation": "does-not-exist"}),
+        ),
     )
     .await?;
     let refused = wait_phase(&ctx, "elsewhere", OperationPhase::Failed, "Failed").await?;
     let result = refused.status.unwrap().result.unwrap_or_default();
-    assert!(result.contains("does-not-exist"), "Velero's validation error is surfaced: {result}");
+    assert!(
+        result.contains("does-not-exist"),
+        "Velero's validation error is surfaced: {result}"
+    );
     Ok(())
 }
 
@@ -493,9 +520,13 @@ async fn failed_upgrade_rolls_back_and_restores_the_pre_upgrade_backup() -> anyh
     wait_phase(&ctx, "up-backup", OperationPhase::Succeeded, "Completed").await?;
     ctx.apply_yaml(&data_config_map("damaged-by-upgrade")).await?;
 
-    let failed = wait_operation(&ctx, "up", "Failed after rollback and restore", OPERATION_TIMEOUT * 2, |op| {
-        phase_reason(op).0 == Some(OperationPhase::Failed)
-    })
+    let failed = wait_operation(
+        &ctx,
+        "up",
+        "Failed after rollback and restore",
+        OPERATION_TIMEOUT * 2,
+        |op| phase_reason(op).0 == Some(OperationPhase::Failed),
+    )
     .await?;
     let (_, reason) = phase_reason(&failed);
     let status = failed.status.unwrap();
@@ -503,11 +534,19 @@ async fn failed_upgrade_rolls_back_and_restores_the_pre_upgrade_backup() -> anyh
     assert_eq!(reason, "UpgradeFailed", "{result}");
     assert!(result.contains("rolled back") && result.contains("restore"), "{result}");
     for child in ["up-backup", "up-rollback", "up-restore"] {
-        assert!(status.children.iter().any(|c| c.name == child), "{child} in {:?}", status.children);
+        assert!(
+            status.children.iter().any(|c| c.name == child),
+            "{child} in {:?}",
+            status.children
+        );
         let op = ctx.api::<Operation>().get(child).await?;
         assert_eq!(phase_reason(&op).0, Some(OperationPhase::Succeeded), "{child}");
     }
-    assert_eq!(data_state(&ctx).await?.as_deref(), Some("before-upgrade"), "data restored");
+    assert_eq!(
+        data_state(&ctx).await?.as_deref(),
+        Some("before-upgrade"),
+        "data restored"
+    );
     let crm = ctx.api::<ApplicationInstance>().get("crm").await?;
     assert_eq!(crm.spec.chart.version.as_deref(), Some("1.0.0"));
     wait_deployed(&ctx, "crm", "UpgradeSucceeded", "1.0.0").await?;

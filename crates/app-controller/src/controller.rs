@@ -7,7 +7,7 @@
 //! - Secrets and ConfigMaps, metadata only: a change wakes every ApplicationInstance
 //!   referencing it (no polling, and no secret data in memory).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use api::{ApplicationInstance, ValuesSourceKind};
 use controller_kit::{CancellationToken, Readiness, WatchScope};
@@ -157,7 +157,7 @@ fn referencing<K: Resource>(
         .collect()
 }
 
-/// A fresh failure map for [`Context`].
-pub fn failures() -> Mutex<std::collections::HashMap<ObjectRef<DeserializeGuard<ApplicationInstance>>, u32>> {
-    Mutex::new(std::collections::HashMap::new())
+/// The requeue policy after failed reconciles: 2 s doubling to 5 min.
+pub fn failures() -> controller_kit::RetryBackoff<ObjectRef<DeserializeGuard<ApplicationInstance>>> {
+    controller_kit::RetryBackoff::new(std::time::Duration::from_secs(2), std::time::Duration::from_secs(300))
 }

@@ -5,14 +5,10 @@
 //! finalizer → validate references → engine.materialize → engine.observe →
 //! status (written only when it changed) → events on Ready transitions.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use api::{ApplicationInstance, EngineKind, conditions::reasons};
-use controller_kit::{ControllerMetrics, LeaderGate, WatchScope, WriteVerb};
+use controller_kit::{ControllerMetrics, LeaderGate, RetryBackoff, WatchScope, WriteVerb};
 use helmengine::{DeleteProgress, Engine, EngineError, MaterializeInput};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
@@ -99,7 +95,7 @@ pub struct Context {
     /// Status changes go to the agent's status channel (a no-op when none is configured).
     pub publisher: status_channel::Publisher,
     /// Consecutive failures per object, for exponential requeue.
-    pub failures: Mutex<HashMap<ObjectRef<DeserializeGuard<ApplicationInstance>>, u32>>,
+    pub failures: RetryBackoff<ObjectRef<DeserializeGuard<ApplicationInstance>>>,
 }
 
 /// Reconciles one ApplicationInstance (guarded against malformed objects).
@@ -137,10 +133,7 @@ pub async fn reconcile(guard: Arc<DeserializeGuard<ApplicationInstance>>, ctx: A
         other => Error::Finalizer(other.to_string()),
     });
     if result.is_ok() {
-        ctx.failures
-            .lock()
-            .map(|mut f| f.remove(&ObjectRef::from_obj(&*guard)))
-            .ok();
+        ctx.failures.succeeded(&ObjectRef::from_obj(&*guard));
     }
     result
 }
@@ -152,16 +145,7 @@ pub fn error_policy(guard: Arc<DeserializeGuard<ApplicationInstance>>, error: &E
         return Action::requeue(UNINSTALL_POLL);
     }
     ctx.metrics.reconcile_failure(error.metric_label());
-    let attempts = ctx
-        .failures
-        .lock()
-        .map(|mut f| {
-            let n = f.entry(ObjectRef::from_obj(&*guard)).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        })
-        .unwrap_or(1);
-    let delay = Duration::from_secs(1u64 << attempts.min(9)).min(Duration::from_secs(300));
+    let (delay, attempts) = ctx.failures.failed(ObjectRef::from_obj(&*guard));
     warn!(error = %error, attempts, ?delay, "reconcile failed; retrying");
     Action::requeue(delay)
 }

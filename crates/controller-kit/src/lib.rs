@@ -30,6 +30,7 @@ pub mod args;
 pub mod leader;
 pub mod metrics;
 pub mod namespaces;
+pub mod retry;
 pub mod shutdown;
 pub mod telemetry;
 
@@ -38,5 +39,6 @@ pub use args::CommonArgs;
 pub use leader::{LeaderElection, LeaderGate};
 pub use metrics::{ControllerMetrics, Metrics, WriteVerb};
 pub use namespaces::{NamespacePolicy, WatchScope};
+pub use retry::RetryBackoff;
 pub use shutdown::CancellationToken;
 pub use telemetry::{Redacted, TelemetryGuard};

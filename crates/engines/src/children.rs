@@ -90,6 +90,36 @@ pub async fn is_served(client: &Client, api_version: &str, kind: &str) -> Result
     }
 }
 
+/// Server-side applies `fields` (e.g. `{"spec": {...}}` or `{"metadata": {"annotations":
+/// {...}}}`) to the ApplicationInstance `name` of the Operation's namespace, forced: the
+/// engine takes over exactly these fields (ADR 0004).
+pub async fn apply_application(cx: &Cx, name: &str, fields: Value) -> Result<(), DriverError> {
+    let mut patch = serde_json::json!({
+        "apiVersion": "vworkspace.io/v1alpha1",
+        "kind": "ApplicationInstance",
+        "metadata": {"name": name, "namespace": cx.namespace()},
+    });
+    if let (Value::Object(patch), Value::Object(fields)) = (&mut patch, fields) {
+        for (key, value) in fields {
+            match (patch.get_mut(&key), value) {
+                (Some(Value::Object(existing)), Value::Object(more)) => existing.extend(more),
+                (_, value) => {
+                    patch.insert(key, value);
+                }
+            }
+        }
+    }
+    cx.metrics.api_write(WriteVerb::Apply, "ApplicationInstance");
+    Api::<api::ApplicationInstance>::namespaced(cx.client.clone(), cx.namespace())
+        .patch(
+            name,
+            &PatchParams::apply(cx.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
 /// Static metric label for the kinds engines write.
 fn kind_label(kind: &str) -> &'static str {
     match kind {

@@ -10,11 +10,7 @@ use api::{
     ANNOTATION_SUSPENDED_BY, ApplicationInstance, Operation, OperationType,
     conditions::{operation_reasons, reasons, types},
 };
-use controller_kit::WriteVerb;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-};
+use kube::Api;
 use operations::{
     Outcome, Progress,
     meta::{self, OpId},
@@ -81,21 +77,9 @@ async fn hold(cx: &Cx, app: &ApplicationInstance, holder: Option<&str>) -> Resul
         None if current.map(String::as_str) != Some(me) => return Ok(()),
         _ => {}
     }
-    let name = app.metadata.name.clone().unwrap_or_default();
     let annotations = holder.map_or_else(|| json!({}), |h| json!({ ANNOTATION_SUSPENDED_BY: h }));
-    let patch = json!({
-        "apiVersion": "vworkspace.io/v1alpha1",
-        "kind": "ApplicationInstance",
-        "metadata": {"name": name, "namespace": cx.namespace(), "annotations": annotations},
-    });
-    cx.metrics.api_write(WriteVerb::Apply, "ApplicationInstance");
-    Api::<ApplicationInstance>::namespaced(cx.client.clone(), cx.namespace())
-        .patch(
-            &name,
-            &PatchParams::apply(cx.field_manager).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+    let name = app.metadata.name.clone().unwrap_or_default();
+    children::apply_application(cx, &name, json!({"metadata": {"annotations": annotations}})).await?;
     Ok(())
 }
 

@@ -17,7 +17,7 @@
 use std::{
     future::Future,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -27,7 +27,9 @@ use api::{
     ApplicationInstance, LABEL_MANAGED_BY, MANAGED_BY, Operation, OperationPhase, OperationStatus, OperationType,
     conditions::operation_reasons,
 };
-use controller_kit::{CancellationToken, ControllerMetrics, LeaderGate, Readiness, WatchScope, WriteVerb};
+use controller_kit::{
+    CancellationToken, ControllerMetrics, LeaderGate, Readiness, RetryBackoff, WatchScope, WriteVerb,
+};
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::{
@@ -200,7 +202,7 @@ struct Context<D> {
     client: Client,
     settings: EngineSettings,
     metrics: ControllerMetrics,
-    failures: Mutex<std::collections::HashMap<ObjectRef<DeserializeGuard<Operation>>, u32>>,
+    failures: RetryBackoff<ObjectRef<DeserializeGuard<Operation>>>,
 }
 
 type OpRef = ObjectRef<DeserializeGuard<Operation>>;
@@ -300,7 +302,8 @@ pub async fn run<D: Driver>(
         client,
         metrics,
         settings: settings.clone(),
-        failures: Mutex::default(),
+        // 1 s doubling to 5 min.
+        failures: RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(300)),
     });
     controller
         .with_config(Config::default().concurrency(settings.concurrency))
@@ -354,16 +357,7 @@ fn error_policy<D: Driver>(
     ctx: Arc<Context<D>>,
 ) -> Action {
     ctx.metrics.reconcile_failure(error.metric_label());
-    let attempts = ctx
-        .failures
-        .lock()
-        .map(|mut f| {
-            let n = f.entry(ObjectRef::from_obj(&*guard)).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        })
-        .unwrap_or(1);
-    let delay = Duration::from_millis(500u64 << attempts.min(10)).min(Duration::from_secs(300));
+    let (delay, attempts) = ctx.failures.failed(ObjectRef::from_obj(&*guard));
     warn!(error = %error, attempts, ?delay, "reconcile failed; retrying");
     Action::requeue(delay)
 }
@@ -393,9 +387,7 @@ async fn reconcile<D: Driver>(
         return Ok(Action::await_change());
     }
     let action = step(op, &ctx).await?;
-    if let Ok(mut failures) = ctx.failures.lock() {
-        failures.remove(&ObjectRef::from_obj(&*guard));
-    }
+    ctx.failures.succeeded(&ObjectRef::from_obj(&*guard));
     Ok(action)
 }
 

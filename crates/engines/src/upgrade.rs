@@ -459,20 +459,8 @@ async fn set_desired_state(cx: &Cx, app: &ApplicationInstance, state: &DesiredSt
         return Ok(false);
     }
     let name = app.metadata.name.clone().unwrap_or_default();
-    let patch = json!({
-        "apiVersion": "vworkspace.io/v1alpha1",
-        "kind": "ApplicationInstance",
-        "metadata": {"name": name, "namespace": cx.namespace()},
-        "spec": {"chart": {"version": state.chart_version}, "values": state.values},
-    });
-    cx.metrics.api_write(WriteVerb::Apply, "ApplicationInstance");
-    Api::<ApplicationInstance>::namespaced(cx.client.clone(), cx.namespace())
-        .patch(
-            &name,
-            &PatchParams::apply(cx.field_manager).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+    let spec = json!({"spec": {"chart": {"version": state.chart_version}, "values": state.values}});
+    children::apply_application(cx, &name, spec).await?;
     Ok(true)
 }
 
