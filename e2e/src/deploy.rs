@@ -208,7 +208,13 @@ pub fn impersonating_kubeconfig(namespace_: &str, name_: &str, file_stem: &str) 
     let dir = cluster_dir().join("kubeconfigs");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{file_stem}.kubeconfig"));
-    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    // Concurrent tests start binaries with the same kubeconfig: write a temporary file and
+    // rename it, so a starting process never reads a half-written one.
+    static WRITES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{file_stem}.{}.{n}.tmp", std::process::id()));
+    std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
+    std::fs::rename(&tmp, &path)?;
     Ok(path)
 }
 
