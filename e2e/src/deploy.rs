@@ -305,27 +305,29 @@ static BUNDLE_RBAC: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new
 /// Applies (once per test process) the ServiceAccounts and RBAC of the `no-flux` overlay,
 /// so the e2e suite runs every controller with exactly its installed rights.
 pub async fn ensure_bundle_rbac() -> anyhow::Result<()> {
-    BUNDLE_RBAC
-        .get_or_try_init(|| async {
-            const KINDS: [&str; 6] = [
-                "Namespace",
-                "ServiceAccount",
-                "ClusterRole",
-                "ClusterRoleBinding",
-                "Role",
-                "RoleBinding",
-            ];
-            let docs = render_docs("no-flux").await?;
-            for ns in docs.iter().filter(|d| KINDS.contains(&kind(d))).map(namespace) {
-                if !ns.is_empty() {
-                    ensure_namespace(ns).await?;
-                }
-            }
-            let rbac: Vec<&Value> = docs.iter().filter(|d| KINDS.contains(&kind(d))).collect();
-            apply(&to_yaml(&rbac)?, false).await?;
-            anyhow::Ok(())
-        })
-        .await?;
+    BUNDLE_RBAC.get_or_try_init(apply_bundle_rbac).await?;
+    Ok(())
+}
+
+/// Applies the ServiceAccounts and RBAC of the `no-flux` overlay now (e.g. again after a
+/// test removed them).
+pub async fn apply_bundle_rbac() -> anyhow::Result<()> {
+    const KINDS: [&str; 6] = [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ];
+    let docs = render_docs("no-flux").await?;
+    for ns in docs.iter().filter(|d| KINDS.contains(&kind(d))).map(namespace) {
+        if !ns.is_empty() {
+            ensure_namespace(ns).await?;
+        }
+    }
+    let rbac: Vec<&Value> = docs.iter().filter(|d| KINDS.contains(&kind(d))).collect();
+    apply(&to_yaml(&rbac)?, false).await?;
     Ok(())
 }
 

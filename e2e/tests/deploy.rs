@@ -707,6 +707,10 @@ async fn reporting_instances(ctx: &TestContext, app_name: &str) -> anyhow::Resul
 
 #[tokio::test]
 async fn leader_election_one_writer_and_takeover_after_sigkill() -> anyhow::Result<()> {
+    // The replicas run as their ServiceAccount: keep the overlay tests from removing its RBAC
+    // meanwhile, and put it back if one already did.
+    let _shared = SHARED.lock().await;
+    e2e::deploy::apply_bundle_rbac().await?;
     let ctx = TestContext::new("deploy-leader").await?;
     let client = ctx.client.clone();
     let a = Replica::start(&ctx, "replica-a").await?;
