@@ -788,8 +788,9 @@ async fn leader_election_one_writer_and_takeover_after_sigkill() -> anyhow::Resu
         let conflicts: Vec<&str> = logs
             .lines()
             .filter(|l| {
+                // Not a bare "409": timestamps contain it (17:15:10.914092Z).
                 let l = l.to_ascii_lowercase();
-                l.contains("conflict") || l.contains("409")
+                l.contains("conflict") || l.contains("code: 409") || l.contains("\"code\":409")
             })
             .collect();
         assert!(
