@@ -587,14 +587,7 @@ async fn write_status<D: Driver>(
 }
 
 async fn publish<D: Driver>(ctx: &Context<D>, op: &Operation, type_: EventType, reason: &str, note: String) {
-    let mut note = note;
-    if note.len() > 1000 {
-        let mut cut = 1000;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-    }
+    let note = crate::upgrade::truncate(&note, 1000);
     let event = Event {
         type_,
         reason: reason.into(),

@@ -527,7 +527,8 @@ fn result_of(object: &Value) -> String {
         .to_owned()
 }
 
-fn truncate(text: &str, max: usize) -> String {
+/// `text` cut to at most `max` bytes, at a character boundary (Event notes, annotations).
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     let mut cut = text.len().min(max);
     while !text.is_char_boundary(cut) {
         cut -= 1;

@@ -70,10 +70,13 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
-/// First client-side time each Operation was seen in a terminal phase.
+/// First client-side time each object was seen satisfying `done`.
 type DoneTimes = Arc<Mutex<HashMap<String, Instant>>>;
 
-fn spawn_done_watch(api: Api<Operation>) -> DoneTimes {
+fn spawn_first_seen<K>(api: Api<K>, done: fn(&K) -> bool) -> DoneTimes
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
     let times: DoneTimes = Arc::default();
     let sink = times.clone();
     tokio::spawn(async move {
@@ -81,16 +84,11 @@ fn spawn_done_watch(api: Api<Operation>) -> DoneTimes {
             .default_backoff()
             .applied_objects()
             .boxed();
-        while let Some(Ok(op)) = events.next().await {
-            if op
-                .status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .is_some_and(|p| p.is_terminal())
-            {
+        while let Some(Ok(object)) = events.next().await {
+            if done(&object) {
                 sink.lock()
                     .expect("lock")
-                    .entry(op.name_any())
+                    .entry(object.name_any())
                     .or_insert_with(Instant::now);
             }
         }
@@ -98,30 +96,18 @@ fn spawn_done_watch(api: Api<Operation>) -> DoneTimes {
     times
 }
 
-/// First client-side time each Job was seen with its terminal `Complete` condition.
-fn spawn_job_watch(api: Api<Job>) -> DoneTimes {
-    let times: DoneTimes = Arc::default();
-    let sink = times.clone();
-    tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(Ok(job)) = events.next().await {
-            let complete = job
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
-            if complete {
-                sink.lock()
-                    .expect("lock")
-                    .entry(job.name_any())
-                    .or_insert_with(Instant::now);
-            }
-        }
-    });
-    times
+fn operation_terminal(op: &Operation) -> bool {
+    op.status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(|p| p.is_terminal())
+}
+
+fn job_complete(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
 }
 
 /// Writes the API server counted on Operations (status included) and Jobs.
@@ -203,8 +189,8 @@ async fn main() -> anyhow::Result<()> {
     let api_before = apiserver_writes(&client).await?;
 
     let ops: Api<Operation> = Api::namespaced(client.clone(), NAMESPACE);
-    let done = spawn_done_watch(ops.clone());
-    let jobs_done = spawn_job_watch(Api::namespaced(client.clone(), NAMESPACE));
+    let done = spawn_first_seen(ops.clone(), operation_terminal);
+    let jobs_done = spawn_first_seen(Api::<Job>::namespaced(client.clone(), NAMESPACE), job_complete);
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let start = Instant::now();
     let peak = Arc::new(Mutex::new(rss_idle));
