@@ -24,6 +24,7 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
+pub mod agent;
 pub mod apps;
 pub mod bench;
 pub mod deploy;

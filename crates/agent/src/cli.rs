@@ -1,0 +1,176 @@
+//! Flags of the `agent` binary: the common controller flags plus the control plane's.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::Args;
+use controller_kit::{CommonArgs, args::parse_duration};
+
+/// Agent flags. Each can also be set through its environment variable.
+#[derive(Args, Debug, Clone)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Base URL of the Odoo control plane, e.g. `https://odoo.example.com`.
+    #[arg(long, env = "VWS_CONTROL_PLANE_URL")]
+    pub control_plane_url: String,
+
+    /// File holding the API key (e.g. a mounted Secret). Exclusive with --credentials-secret.
+    #[arg(
+        long,
+        env = "VWS_API_KEY_FILE",
+        conflicts_with = "credentials_secret",
+        required_unless_present = "credentials_secret"
+    )]
+    pub api_key_file: Option<PathBuf>,
+
+    /// Secret in the agent's own namespace holding the API key (key --credentials-secret-key).
+    #[arg(long, env = "VWS_CREDENTIALS_SECRET")]
+    pub credentials_secret: Option<String>,
+
+    /// Data key of the API key in --credentials-secret.
+    #[arg(long, env = "VWS_CREDENTIALS_SECRET_KEY", default_value = "api-key")]
+    pub credentials_secret_key: String,
+
+    /// Odoo database (`X-Odoo-Database` header), when the server hosts several.
+    #[arg(long, env = "VWS_ODOO_DATABASE")]
+    pub database: Option<String>,
+
+    /// Human name of this cluster, shown in Odoo.
+    #[arg(long, env = "VWS_CLUSTER_NAME")]
+    pub cluster_name: String,
+
+    /// Periodic sync interval (a status change syncs at once).
+    #[arg(long, env = "VWS_SYNC_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub sync_interval: Duration,
+
+    /// Timeout of one call to the control plane.
+    #[arg(long, env = "VWS_REQUEST_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Largest answer accepted from the control plane, in bytes (suffixes Ki, Mi).
+    #[arg(long, env = "VWS_MAX_RESPONSE_SIZE", default_value = "8Mi", value_parser = parse_size)]
+    pub max_response_size: usize,
+
+    /// PEM file of CA certificates trusted for the control plane, besides the system roots.
+    #[arg(long, env = "VWS_CA_BUNDLE")]
+    pub ca_bundle: Option<PathBuf>,
+
+    /// Allow a plain http:// control plane URL. Development only: the API key would travel in clear.
+    #[arg(long, env = "VWS_INSECURE_ALLOW_HTTP", default_value_t = false, value_parser = clap::builder::BoolishValueParser::new())]
+    pub insecure_allow_http: bool,
+
+    /// Most status reports per call.
+    #[arg(long, env = "VWS_REPORT_BATCH_SIZE", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=500))]
+    pub report_batch_size: u32,
+
+    /// Delay after a status change before syncing, to batch bursts.
+    #[arg(long, env = "VWS_REPORT_DELAY", default_value = "250ms", value_parser = parse_duration)]
+    pub report_delay: Duration,
+
+    /// How often the agent relists the CRs and sends a full resync of status.
+    #[arg(long, env = "VWS_FULL_RESYNC_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub full_resync_interval: Duration,
+
+    /// Longest delay between retries after failures (exponential backoff with jitter from 1s).
+    #[arg(long, env = "VWS_MAX_BACKOFF", default_value = "5m", value_parser = parse_duration)]
+    pub max_backoff: Duration,
+
+    /// ConfigMap (in the agent's namespace) recording the agent's condition.
+    #[arg(long, env = "VWS_STATUS_CONFIGMAP", default_value = "vworkspace-agent-status")]
+    pub status_configmap: String,
+}
+
+/// `8Mi`, `512Ki`, `1048576`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("Mi") {
+        (n, 1024 * 1024)
+    } else if let Some(n) = s.strip_suffix("Ki") {
+        (n, 1024)
+    } else {
+        (s, 1)
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: use bytes, or Ki / Mi"))?;
+    let size = n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))?;
+    if size < 1024 {
+        return Err(format!("size {s:?} is below 1Ki"));
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        agent: AgentArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<AgentArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("agent").chain(args.iter().copied())).map(|c| c.agent)
+    }
+
+    #[test]
+    fn defaults_and_required_flags() {
+        let a = parse(&[
+            "--control-plane-url",
+            "https://odoo",
+            "--api-key-file",
+            "/k",
+            "--cluster-name",
+            "c",
+        ])
+        .unwrap();
+        assert_eq!(a.sync_interval, Duration::from_secs(30));
+        assert_eq!(a.request_timeout, Duration::from_secs(15));
+        assert_eq!(a.max_response_size, 8 * 1024 * 1024);
+        assert!(!a.insecure_allow_http);
+        assert_eq!(a.status_configmap, "vworkspace-agent-status");
+        assert_eq!(a.max_backoff, Duration::from_secs(300));
+        assert!(
+            parse(&["--control-plane-url", "https://odoo", "--cluster-name", "c"]).is_err(),
+            "a key source is required"
+        );
+        assert!(
+            parse(&[
+                "--control-plane-url",
+                "https://odoo",
+                "--cluster-name",
+                "c",
+                "--api-key-file",
+                "/k",
+                "--credentials-secret",
+                "s"
+            ])
+            .is_err(),
+            "only one key source"
+        );
+        assert!(
+            parse(&[
+                "--control-plane-url",
+                "https://odoo",
+                "--cluster-name",
+                "c",
+                "--credentials-secret",
+                "s"
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8Mi"), Ok(8 * 1024 * 1024));
+        assert_eq!(parse_size("512Ki"), Ok(512 * 1024));
+        assert_eq!(parse_size("2048"), Ok(2048));
+        assert!(parse_size("12").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+}

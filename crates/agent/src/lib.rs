@@ -1,0 +1,205 @@
+//! The connectivity agent, pull mode: the cluster side of the vWorkspace control-plane
+//! protocol (`crates/protocol`, `docs/connectivity/`).
+//!
+//! * [`client`]: JSON-2 calls to Odoo over HTTPS (timeouts, size cap, CA bundle, proxies).
+//! * [`apply`]: "apply this desired-state document, return its acknowledgement", the one
+//!   apply path for pull mode and (later) push mode.
+//! * [`status`]: status rebuilt from the CRs (watches, relists) and the hook of the gRPC
+//!   status channel ([`status::StatusHint`]).
+//! * [`sync`]: the loop: register, then sync with backoff and jitter.
+//! * [`health`]: the agent's own condition, on `/readyz`, in metrics and in a ConfigMap.
+//! * [`credentials`]: the API key, from a file or a Secret, always [`controller_kit::Redacted`].
+//! * [`run`]: wires it all for `main`.
+
+pub mod apply;
+pub mod cli;
+pub mod client;
+pub mod credentials;
+pub mod health;
+pub mod status;
+pub mod sync;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use controller_kit::{CancellationToken, LeaderGate, Metrics, Readiness};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, Client};
+use protocol::{
+    backoff::Backoff,
+    messages::{AgentInfo, AgentMode, ClusterIdentity},
+};
+use tokio::sync::{Notify, mpsc};
+
+use crate::{
+    apply::KubeCluster,
+    cli::AgentArgs,
+    client::{ClientConfig, ControlPlaneClient},
+    credentials::CredentialSource,
+    health::{AgentMetrics, Health},
+    status::{SharedStatus, StatusHint},
+    sync::{SyncLoop, SyncSettings},
+};
+
+/// Capacity of the status-hint channel (the status channel's events).
+pub const HINT_BUFFER: usize = 1024;
+
+/// The cluster's stable identity: the `kube-system` namespace's UID. Retried with backoff
+/// (the API server may not be reachable yet).
+pub async fn cluster_uid(client: &Client, shutdown: &CancellationToken) -> Option<String> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let backoff = Backoff::default();
+    let mut attempt = 0;
+    loop {
+        match api.get("kube-system").await {
+            Ok(ns) => {
+                if let Some(uid) = ns.metadata.uid {
+                    return Some(uid);
+                }
+                tracing::error!("namespace kube-system has no uid");
+            }
+            Err(e) => tracing::error!(error = %e, "cannot read namespace kube-system (the cluster identity)"),
+        }
+        let delay = backoff.delay(attempt, fastrand::f64());
+        attempt += 1;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = shutdown.cancelled() => return None,
+        }
+    }
+}
+
+/// Handles `main` passes in.
+pub struct Runtime {
+    /// Kubernetes client.
+    pub client: Client,
+    /// Leader gate.
+    pub gate: LeaderGate,
+    /// Process metrics registry.
+    pub metrics: Metrics,
+    /// `/readyz`.
+    pub readiness: Readiness,
+    /// Shutdown signal.
+    pub shutdown: CancellationToken,
+    /// Status-channel hints (the sender half is for the status channel's server).
+    pub hints: Option<mpsc::Receiver<StatusHint>>,
+}
+
+/// Runs the agent until shutdown.
+pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
+    let scope = args.common.watch_scope()?;
+    let own_namespace = args
+        .common
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| rt.client.default_namespace().to_owned());
+    let client = ControlPlaneClient::new(&ClientConfig {
+        url: args.control_plane_url.clone(),
+        database: args.database.clone(),
+        timeout: args.request_timeout,
+        max_response_bytes: args.max_response_size,
+        ca_bundle: args.ca_bundle.clone(),
+        insecure_allow_http: args.insecure_allow_http,
+    })
+    .context("configuring the control plane client")?;
+    if args.insecure_allow_http && client.base_url().starts_with("http://") {
+        tracing::warn!(
+            url = client.base_url(),
+            "plain http to the control plane (--insecure-allow-http): for development only"
+        );
+    }
+    let credentials = match (&args.api_key_file, &args.credentials_secret) {
+        (Some(path), _) => CredentialSource::File(path.clone()),
+        (None, Some(name)) => CredentialSource::Secret {
+            namespace: own_namespace.clone(),
+            name: name.clone(),
+            key: args.credentials_secret_key.clone(),
+        },
+        (None, None) => anyhow::bail!("set --api-key-file or --credentials-secret"),
+    };
+
+    let Some(uid) = cluster_uid(&rt.client, &rt.shutdown).await else {
+        return Ok(());
+    };
+    let identity = ClusterIdentity {
+        uid,
+        name: args.cluster_name.clone(),
+    };
+    let agent = AgentInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        instance: args.common.identity.clone(),
+        mode: AgentMode::Pull,
+        started_at: Timestamp::now(),
+    };
+    tracing::info!(
+        cluster_uid = %identity.uid,
+        cluster_name = %identity.name,
+        control_plane = client.base_url(),
+        credentials = %credentials,
+        policy = %scope.policy(),
+        "starting the agent (pull mode)"
+    );
+
+    let health = Health::new(
+        rt.readiness.clone(),
+        AgentMetrics::register(&rt.metrics),
+        Some((rt.client.clone(), own_namespace, args.status_configmap.clone())),
+        serde_json::json!({
+            "clusterUid": identity.uid,
+            "clusterName": identity.name,
+            "instance": agent.instance,
+            "controlPlane": client.base_url(),
+        }),
+    );
+    let status = SharedStatus::new();
+    let resync_wanted = Arc::new(Notify::new());
+    let mut tasks = status::spawn_watches(rt.client.clone(), scope.clone(), status.clone(), rt.shutdown.clone());
+    if let Some(hints) = rt.hints {
+        tasks.push(tokio::spawn(status::consume_hints(
+            rt.client.clone(),
+            scope.clone(),
+            status.clone(),
+            hints,
+            resync_wanted.clone(),
+            rt.shutdown.clone(),
+        )));
+    }
+
+    let sync = SyncLoop {
+        client,
+        credentials,
+        kube: rt.client.clone(),
+        cluster: KubeCluster::new(rt.client.clone()),
+        scope,
+        identity,
+        agent,
+        status,
+        resync_wanted,
+        health,
+        gate: rt.gate,
+        recorder: Some(kube::runtime::events::Recorder::new(
+            rt.client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "vworkspace-agent".into(),
+                instance: Some(args.common.identity.clone()),
+            },
+        )),
+        settings: SyncSettings {
+            interval: args.sync_interval,
+            report_delay: args.report_delay,
+            batch_size: args.report_batch_size as usize,
+            full_resync_interval: args.full_resync_interval,
+            backoff: Backoff {
+                max: args.max_backoff,
+                ..Backoff::default()
+            },
+        },
+    };
+    sync.run(rt.shutdown.clone()).await;
+    rt.shutdown.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! `agent`: pulls desired state from the Odoo control plane, applies it as CRs inside the
+//! namespace allow-list, and reports status back (pull mode).
+
+use anyhow::Context as _;
+use clap::Parser;
+use controller_kit::{CancellationToken, LeaderElection, Metrics, Readiness, admin, shutdown, telemetry};
+use kube::Client;
+
+const NAME: &str = "vworkspace-agent";
+
+#[derive(Parser)]
+#[command(
+    name = "agent",
+    version,
+    about = "Connectivity agent: pulls intent from the Odoo control plane over HTTPS and reports status (pull mode)."
+)]
+struct Cli {
+    #[command(flatten)]
+    agent: agent::cli::AgentArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let common = cli.agent.common.clone();
+    common.validate()?;
+    let _telemetry = telemetry::init(NAME, &common)?;
+    let shutdown = shutdown::cancel_on_signal(CancellationToken::new());
+    let metrics = Metrics::new("vworkspace");
+    let readiness = Readiness::new();
+    let (admin_addr, admin) =
+        admin::spawn(common.admin_addr, metrics.clone(), readiness.clone(), shutdown.clone()).await?;
+    tracing::info!(%admin_addr, "admin server listening");
+
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let mut election = LeaderElection::start(client.clone(), &common, NAME, &metrics, &shutdown)?;
+    // The gRPC status channel (crate status-channel) feeds `hints` once it is served here.
+    let runtime = agent::Runtime {
+        client,
+        gate: election.gate(),
+        metrics,
+        readiness,
+        shutdown: shutdown.clone(),
+        hints: None,
+    };
+    tokio::select! {
+        res = agent::run(cli.agent, runtime) => res?,
+        res = election.wait() => res?,
+    }
+    shutdown.cancel();
+    election.wait().await?;
+    admin.await??;
+    Ok(())
+}

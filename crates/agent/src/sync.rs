@@ -1,0 +1,554 @@
+//! Pull mode: register once, then sync every interval (and at once when status changed):
+//! acknowledgements and status reports go up, the desired-state document comes down and
+//! is applied. Failures are retried with exponential backoff and jitter; nothing here
+//! ever exits the process.
+
+use std::{sync::Arc, time::Duration};
+
+use controller_kit::{CancellationToken, LeaderGate, Redacted, WatchScope};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
+use protocol::{
+    METHOD_REGISTER, METHOD_SYNC, PROTOCOL_VERSION,
+    backoff::Backoff,
+    error::ErrorClass,
+    messages::{
+        AgentError, AgentInfo, ClusterIdentity, DocumentOutcome, ObjectOutcome, RegisterParams, RegisterResult,
+        ResyncMarker, SyncParams, SyncResult,
+    },
+    revision::{AckLedger, Decision, decide},
+};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::{
+    apply::{Cluster, apply_document, refuse_malformed},
+    client::{CallError, ControlPlaneClient},
+    credentials::CredentialSource,
+    health::{Health, Transition},
+    status::{SharedStatus, Taken},
+};
+
+/// Tunables of the loop.
+#[derive(Clone, Debug)]
+pub struct SyncSettings {
+    /// Periodic sync interval (when nothing changed).
+    pub interval: Duration,
+    /// Delay after a status change before syncing, to batch a burst.
+    pub report_delay: Duration,
+    /// Most reports per call.
+    pub batch_size: usize,
+    /// Full resync (and relist) period.
+    pub full_resync_interval: Duration,
+    /// Retry policy.
+    pub backoff: Backoff,
+}
+
+/// Everything the loop needs.
+pub struct SyncLoop<C: Cluster> {
+    /// HTTP client.
+    pub client: ControlPlaneClient,
+    /// Where the key comes from.
+    pub credentials: CredentialSource,
+    /// Kubernetes client (credentials in a Secret, relists).
+    pub kube: kube::Client,
+    /// The apply target.
+    pub cluster: C,
+    /// Namespace policy.
+    pub scope: WatchScope,
+    /// Cluster identity.
+    pub identity: ClusterIdentity,
+    /// This agent.
+    pub agent: AgentInfo,
+    /// Status cache.
+    pub status: SharedStatus,
+    /// Signalled when a full resync is wanted (status-channel resync).
+    pub resync_wanted: Arc<Notify>,
+    /// Health.
+    pub health: Health,
+    /// Leader gate: only the leader talks to the control plane and writes.
+    pub gate: LeaderGate,
+    /// Tunables.
+    pub settings: SyncSettings,
+    /// Events on the objects intent touched (conflicts, deletions, refusals of existing
+    /// objects); `None` to publish none.
+    pub recorder: Option<Recorder>,
+}
+
+/// The Event for an acknowledged object, when it exists to carry one.
+fn event_for(ack: &protocol::ObjectAck, revision: &protocol::Cursor) -> Option<(ObjectReference, Event)> {
+    let (type_, reason, action) = match ack.outcome {
+        ObjectOutcome::Conflict => (EventType::Warning, "IntentConflict", "Apply"),
+        ObjectOutcome::Deleted => (EventType::Normal, "DeletedByIntent", "Delete"),
+        ObjectOutcome::Refused => (EventType::Warning, "IntentRefused", "Apply"),
+        _ => return None,
+    };
+    // Refused objects that do not exist (e.g. outside the allow-list) have no uid.
+    let uid = ack.uid.clone()?;
+    let note = format!(
+        "control-plane revision {revision}: {}{}",
+        ack.reason.as_deref().map(|r| format!("{r}: ")).unwrap_or_default(),
+        ack.message.as_deref().unwrap_or_default()
+    );
+    let note: String = note.chars().take(1000).collect();
+    Some((
+        ObjectReference {
+            api_version: Some("vworkspace.io/v1alpha1".into()),
+            kind: Some(ack.kind.as_str().into()),
+            namespace: Some(ack.namespace.clone()),
+            name: Some(ack.name.clone()),
+            uid: Some(uid),
+            ..Default::default()
+        },
+        Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        },
+    ))
+}
+
+struct Resync {
+    id: String,
+    batch: u32,
+    remaining: Vec<Taken>,
+    covered_version: u64,
+}
+
+enum Wake {
+    Timer,
+    Changed,
+    Resync,
+    Shutdown,
+}
+
+fn allowed_list(scope: &WatchScope) -> Vec<String> {
+    let mut list = match scope.policy() {
+        controller_kit::NamespacePolicy::All => vec!["*".to_owned()],
+        controller_kit::NamespacePolicy::AllowList(set) => set.iter().cloned().collect(),
+    };
+    if let Some(ns) = scope.watch_namespace() {
+        list = vec![ns.to_owned()];
+    }
+    list
+}
+
+/// The cursor of a document that failed to parse, if one can be read.
+fn cursor_of(value: &Value) -> Option<(String, u64)> {
+    let d = value.get("desired")?;
+    Some((d.get("epoch")?.as_str()?.to_owned(), d.get("revision")?.as_u64()?))
+}
+
+fn outcome_label(o: ObjectOutcome) -> &'static str {
+    match o {
+        ObjectOutcome::Applied => "applied",
+        ObjectOutcome::Unchanged => "unchanged",
+        ObjectOutcome::Conflict => "conflict",
+        ObjectOutcome::Deleted => "deleted",
+        ObjectOutcome::Absent => "absent",
+        ObjectOutcome::Refused => "refused",
+        ObjectOutcome::Failed => "failed",
+        ObjectOutcome::Unknown => "unknown",
+    }
+}
+
+impl<C: Cluster> SyncLoop<C> {
+    async fn api_key(&self) -> Result<Redacted<String>, CallError> {
+        self.credentials
+            .load(&self.kube)
+            .await
+            .map_err(|e| CallError::Credentials(e.to_string()))
+    }
+
+    async fn register(&self, key: &Redacted<String>) -> Result<RegisterResult, CallError> {
+        let params = RegisterParams {
+            protocol_version: PROTOCOL_VERSION,
+            cluster: self.identity.clone(),
+            agent: self.agent.clone(),
+            allowed_namespaces: allowed_list(&self.scope),
+            capabilities: vec!["conflict_report".into(), "deletions".into()],
+        };
+        let value = self.client.call(key, METHOD_REGISTER, &params).await?;
+        serde_json::from_value(value).map_err(|e| CallError::Malformed {
+            method: METHOD_REGISTER.into(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// Runs until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        tokio::select! {
+            () = self.status.wait_synced() => {}
+            () = shutdown.cancelled() => return,
+        }
+        self.health.set_caches_synced();
+        let mut ledger = AckLedger::new();
+        let mut interval = self.settings.interval;
+        let mut key: Option<Redacted<String>> = None;
+        let mut registered = false;
+        let mut resync: Option<Resync> = None;
+        let mut want_resync = true;
+        let mut resync_counter = 0u32;
+        let mut streak: Option<AgentError> = None;
+        let mut last_full = tokio::time::Instant::now();
+        // An incomplete document comes back at every sync (its cursor stays unknown): it is
+        // retried once per interval, not in a tight loop.
+        let mut retry_hold: Option<(protocol::Cursor, tokio::time::Instant)> = None;
+
+        loop {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            if !self.gate.is_leader() {
+                self.health.set_leading(false);
+                tracing::info!("not the leader: waiting for the Lease before talking to the control plane");
+                tokio::select! {
+                    leads = self.gate.wait_for_leadership() => if !leads { return },
+                    () = shutdown.cancelled() => return,
+                }
+                self.health.set_leading(true);
+                registered = false;
+                want_resync = true;
+            }
+
+            let step = async {
+                let k = match &key {
+                    Some(k) => k.clone(),
+                    None => {
+                        let k = self.api_key().await?;
+                        key = Some(k.clone());
+                        k
+                    }
+                };
+                if !registered {
+                    let r = self.register(&k).await?;
+                    tracing::info!(
+                        cluster_id = r.cluster_id,
+                        protocol = %r.protocol_version,
+                        server_time = %r.server_time,
+                        url = self.client.base_url(),
+                        "registered with the control plane"
+                    );
+                    if let Some(s) = r.sync_interval_seconds.filter(|s| (5..=3600).contains(s)) {
+                        interval = Duration::from_secs(u64::from(s));
+                    }
+                    registered = true;
+                }
+                if want_resync && resync.is_none() {
+                    resync_counter += 1;
+                    let remaining = self.status.with(|c| c.snapshot());
+                    let covered_version = self.status.with(|c| c.version());
+                    tracing::info!(objects = remaining.len(), "full resync of status");
+                    resync = Some(Resync {
+                        // Unique across restarts of a pod that keeps its name.
+                        id: format!(
+                            "{}-{}-{resync_counter}",
+                            self.agent.instance,
+                            self.agent.started_at.as_millisecond()
+                        ),
+                        batch: 0,
+                        remaining,
+                        covered_version,
+                    });
+                    want_resync = false;
+                }
+                self.sync_once(&k, &mut ledger, &mut resync, &mut streak, &mut retry_hold, interval)
+                    .await
+            };
+            let result = step.await;
+            let more = match result {
+                Ok(outcome) => {
+                    if let Some(secs) = outcome.next_sync {
+                        interval = Duration::from_secs(u64::from(secs.clamp(1, 3600)));
+                    }
+                    if outcome.resync_requested {
+                        want_resync = true;
+                    }
+                    if self.health.success() == Transition::Changed {
+                        tracing::info!(url = self.client.base_url(), "in sync with the control plane");
+                        self.health.persist(ledger.known().map(ToString::to_string)).await;
+                    }
+                    // A requested resync starts with the next periodic sync: a control plane
+                    // that keeps asking cannot make the agent spin.
+                    outcome.more
+                }
+                Err(err) => {
+                    let reason = err.reason();
+                    match err.class() {
+                        Some(ErrorClass::NotRegistered) | Some(ErrorClass::ClusterMismatch) => registered = false,
+                        Some(ErrorClass::Unauthorized) => {
+                            // Re-read the key: it may have been rotated.
+                            key = None;
+                            registered = false;
+                        }
+                        _ => {}
+                    }
+                    if matches!(err, CallError::Credentials(_)) {
+                        key = None;
+                    }
+                    // A reconnect starts with a full resync.
+                    want_resync = true;
+                    resync = None;
+                    let now = Timestamp::now();
+                    let s = streak.get_or_insert(AgentError {
+                        reason: reason.to_owned(),
+                        message: String::new(),
+                        since: now,
+                        attempts: 0,
+                    });
+                    s.attempts += 1;
+                    s.reason = reason.to_owned();
+                    s.message = err.to_string();
+                    let (transition, failures) = self.health.failure(reason, err.to_string(), err.needs_attention());
+                    let attempt = if err.needs_attention() {
+                        // Someone has to act (a key, the module, versions): retry about
+                        // once a minute, so a fix is picked up soon without hammering.
+                        6
+                    } else {
+                        failures.saturating_sub(1)
+                    };
+                    let delay = self.settings.backoff.delay(attempt, fastrand::f64());
+                    tracing::error!(
+                        reason,
+                        error = %err,
+                        failures,
+                        retry_in = ?delay,
+                        "sync with the control plane failed"
+                    );
+                    if transition == Transition::Changed {
+                        self.health.persist(ledger.known().map(ToString::to_string)).await;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = shutdown.cancelled() => return,
+                    }
+                    continue;
+                }
+            };
+            self.health.metrics().pending(self.status.with(|c| c.pending()));
+            if more {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            if last_full.elapsed() >= self.settings.full_resync_interval {
+                last_full = tokio::time::Instant::now();
+                match crate::status::relist(&self.kube, &self.scope, &self.status).await {
+                    Ok(changed) => tracing::debug!(changed, "periodic relist"),
+                    Err(e) => tracing::warn!(error = %e, "periodic relist failed; the watches stay the source"),
+                }
+                want_resync = true;
+                continue;
+            }
+            match self.wait(interval, &shutdown).await {
+                Wake::Shutdown => return,
+                Wake::Resync => want_resync = true,
+                Wake::Timer | Wake::Changed => {}
+            }
+        }
+    }
+
+    async fn wait(&self, interval: Duration, shutdown: &CancellationToken) -> Wake {
+        if self.status.with(|c| c.pending()) > 0 {
+            tokio::select! {
+                () = tokio::time::sleep(self.settings.report_delay) => return Wake::Changed,
+                () = shutdown.cancelled() => return Wake::Shutdown,
+            }
+        }
+        let wake = tokio::select! {
+            () = tokio::time::sleep(interval) => Wake::Timer,
+            () = self.status.changed() => Wake::Changed,
+            () = self.resync_wanted.notified() => Wake::Resync,
+            () = shutdown.cancelled() => Wake::Shutdown,
+        };
+        if matches!(wake, Wake::Changed) {
+            // Batch a burst of changes into one call.
+            tokio::select! {
+                () = tokio::time::sleep(self.settings.report_delay) => {}
+                () = shutdown.cancelled() => return Wake::Shutdown,
+            }
+        }
+        wake
+    }
+
+    async fn sync_once(
+        &self,
+        key: &Redacted<String>,
+        ledger: &mut AckLedger,
+        resync: &mut Option<Resync>,
+        streak: &mut Option<AgentError>,
+        retry_hold: &mut Option<(protocol::Cursor, tokio::time::Instant)>,
+        interval: Duration,
+    ) -> Result<SyncOutcome, CallError> {
+        let batch_size = self.settings.batch_size.max(1);
+        let (reports, marker, delta_versions): (Vec<Taken>, Option<ResyncMarker>, bool) = match resync.as_mut() {
+            Some(r) => {
+                let take = r.remaining.len().min(batch_size);
+                let batch: Vec<Taken> = r.remaining.drain(..take).collect();
+                let marker = ResyncMarker {
+                    id: r.id.clone(),
+                    batch: r.batch,
+                    last_batch: r.remaining.is_empty(),
+                };
+                (batch, Some(marker), false)
+            }
+            None => (self.status.with(|c| c.deltas(batch_size)), None, true),
+        };
+        let more_reports = match resync.as_ref() {
+            Some(r) => !r.remaining.is_empty(),
+            None => self.status.with(|c| c.pending()) > reports.len(),
+        };
+        let acks = ledger.outgoing();
+        let params = SyncParams {
+            protocol_version: PROTOCOL_VERSION,
+            cluster_uid: self.identity.uid.clone(),
+            agent_instance: self.agent.instance.clone(),
+            known: ledger.known().cloned(),
+            acks: acks.clone(),
+            reports: reports.iter().map(|(_, _, r)| r.clone()).collect(),
+            resync: marker.clone(),
+            more: more_reports,
+            last_error: streak.clone(),
+        };
+        let bytes = serde_json::to_vec(&params).map(|v| v.len()).unwrap_or_default();
+        // On failure the caller restarts with a full resync, so nothing sent here is lost.
+        let value = self.client.call(key, METHOD_SYNC, &params).await?;
+
+        // Delivered: acks, reports, and the streak of errors.
+        *streak = None;
+        ledger.delivered(&acks);
+        self.health.metrics().sent(reports.len(), bytes);
+        if delta_versions {
+            self.status
+                .with(|c| c.delivered(reports.iter().map(|(k, v, _)| (k.clone(), *v))));
+        } else if let Some(r) = resync.as_mut() {
+            r.batch += 1;
+            if r.remaining.is_empty() {
+                let covered = r.covered_version;
+                self.status.with(|c| {
+                    // Everything up to the snapshot is now known to the control plane;
+                    // later changes stay pending and go as deltas.
+                    let all: Vec<(protocol::ObjectKey, u64)> = c
+                        .snapshot()
+                        .into_iter()
+                        .filter(|(_, v, _)| *v <= covered)
+                        .map(|(k, v, _)| (k, v))
+                        .collect();
+                    c.delivered(all);
+                    c.drop_tombstones_before(covered);
+                });
+                tracing::info!(batches = r.batch, "full resync complete");
+                *resync = None;
+            }
+        }
+
+        let parsed: Result<SyncResult, _> = serde_json::from_value(value.clone());
+        let mut outcome = SyncOutcome {
+            more: more_reports || resync.is_some(),
+            next_sync: None,
+            resync_requested: false,
+        };
+        let result = match parsed {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(
+                    error_class = ?e.classify(),
+                    "the control plane's answer does not follow the protocol; nothing applied"
+                );
+                if let Some((epoch, revision)) = cursor_of(&value) {
+                    let ack = refuse_malformed(epoch, revision, e.to_string(), Timestamp::now());
+                    self.health.metrics().document("refused");
+                    ledger.record(ack);
+                    outcome.more = true;
+                }
+                return Ok(outcome);
+            }
+        };
+        outcome.next_sync = result.next_sync_seconds;
+        outcome.resync_requested = result.resync_requested;
+        if let Some(doc) = result.desired {
+            let cursor = doc.cursor();
+            match decide(ledger.known(), &cursor) {
+                Decision::Apply => {
+                    if !self.gate.is_leader() {
+                        return Ok(outcome);
+                    }
+                    if let Some((held, at)) = retry_hold.as_ref()
+                        && *held == cursor
+                        && at.elapsed() < interval
+                    {
+                        return Ok(outcome);
+                    }
+                    let scope = &self.scope;
+                    let ack = apply_document(&self.cluster, &doc, |ns| scope.allows(ns), Timestamp::now).await;
+                    for o in &ack.objects {
+                        self.health.metrics().object(outcome_label(o.outcome));
+                        match o.outcome {
+                            ObjectOutcome::Refused | ObjectOutcome::Failed | ObjectOutcome::Conflict => {
+                                tracing::warn!(
+                                    revision = %cursor,
+                                    object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
+                                    outcome = outcome_label(o.outcome),
+                                    reason = o.reason.as_deref().unwrap_or_default(),
+                                    message = o.message.as_deref().unwrap_or_default(),
+                                    "intent not applied as asked"
+                                );
+                            }
+                            _ => tracing::debug!(
+                                revision = %cursor,
+                                object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
+                                outcome = outcome_label(o.outcome),
+                                "intent processed"
+                            ),
+                        }
+                    }
+                    if let Some(recorder) = &self.recorder {
+                        for (reference, event) in ack.objects.iter().filter_map(|o| event_for(o, &cursor)) {
+                            if let Err(e) = recorder.publish(&event, &reference).await {
+                                tracing::debug!(error = %e, "cannot publish an Event");
+                            }
+                        }
+                    }
+                    let label = match ack.outcome {
+                        DocumentOutcome::Applied => "applied",
+                        DocumentOutcome::Incomplete => "incomplete",
+                        DocumentOutcome::Refused => "refused",
+                        DocumentOutcome::Unknown => "unknown",
+                    };
+                    self.health.metrics().document(label);
+                    if ack.outcome == DocumentOutcome::Refused {
+                        tracing::error!(
+                            revision = %cursor,
+                            reason = ack.reason.as_deref().unwrap_or_default(),
+                            message = ack.message.as_deref().unwrap_or_default(),
+                            "desired-state document refused whole; nothing applied"
+                        );
+                    } else {
+                        tracing::info!(revision = %cursor, outcome = label, objects = ack.objects.len(), "desired state processed");
+                    }
+                    *retry_hold = (ack.outcome == DocumentOutcome::Incomplete)
+                        .then(|| (cursor.clone(), tokio::time::Instant::now()));
+                    ledger.record(ack);
+                    self.health.metrics().revision(cursor.revision);
+                    // Deliver the acknowledgement at once.
+                    outcome.more = true;
+                }
+                Decision::AlreadyProcessed => {}
+                Decision::Stale => tracing::warn!(
+                    revision = %cursor,
+                    known = ?ledger.known(),
+                    "ignoring a document older than the one already processed"
+                ),
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+struct SyncOutcome {
+    more: bool,
+    next_sync: Option<u32>,
+    resync_requested: bool,
+}

@@ -1,0 +1,203 @@
+//! `odoo-sim`: a SIMULATOR of the Odoo control plane's side of the vWorkspace protocol
+//! (not Odoo). `odoo-sim serve` runs it; the other subcommands drive its admin API.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use odoo_sim::{Sim, SimConfig};
+use serde_json::{Value, json};
+
+#[derive(Parser)]
+#[command(
+    name = "odoo-sim",
+    version,
+    about = "A simulator of the Odoo control plane's side of the vWorkspace protocol (JSON-2), for tests, demos and \
+             Odoo module authors. Not Odoo."
+)]
+struct Cli {
+    /// Base URL of a running simulator (for every subcommand but `serve`).
+    #[arg(long, env = "ODOO_SIM_URL", default_value = "http://127.0.0.1:8069", global = true)]
+    url: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the simulator.
+    Serve {
+        /// Listen address.
+        #[arg(long, default_value = "127.0.0.1:8069")]
+        listen: SocketAddr,
+        /// Keep state in this JSON file (loaded at start, saved after every change).
+        #[arg(long)]
+        state_file: Option<PathBuf>,
+        /// Create this cluster record at start (with --api-key-file) unless it exists.
+        #[arg(long, requires = "api_key_file")]
+        cluster: Option<String>,
+        /// File holding the API key of --cluster.
+        #[arg(long)]
+        api_key_file: Option<PathBuf>,
+        /// Require this X-Odoo-Database value when the header is sent.
+        #[arg(long)]
+        database: Option<String>,
+        /// Suggest this sync interval (seconds) at registration.
+        #[arg(long)]
+        sync_interval_seconds: Option<u32>,
+        /// Show an agent offline after this many seconds without a call.
+        #[arg(long, default_value_t = 90)]
+        offline_after_seconds: u64,
+    },
+    /// Create a cluster record and its API key.
+    AddCluster {
+        name: String,
+        #[arg(long)]
+        api_key_file: PathBuf,
+    },
+    /// Show a cluster record: intent, acknowledgements, reports, per-object summary.
+    Show { cluster: String },
+    /// Set a desired ApplicationInstance from a JSON spec file (`-` for stdin).
+    SetApp {
+        cluster: String,
+        namespace: String,
+        name: String,
+        #[arg(long)]
+        spec: PathBuf,
+    },
+    /// Remove a desired ApplicationInstance and ask for its deletion.
+    DeleteApp {
+        cluster: String,
+        namespace: String,
+        name: String,
+    },
+    /// Set a desired Operation from a JSON spec file (`-` for stdin).
+    SetOp {
+        cluster: String,
+        namespace: String,
+        name: String,
+        #[arg(long)]
+        spec: PathBuf,
+    },
+    /// Inject a fault: none, unavailable, server_error, malformed, hang:<seconds>, oversize:<bytes>.
+    Fault { mode: String },
+}
+
+fn read_json(path: &PathBuf) -> anyhow::Result<Value> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    Ok(serde_json::from_str(&text)?)
+}
+
+async fn admin(url: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let mut req = client.request(method, format!("{}{path}", url.trim_end_matches('/')));
+    if let Some(b) = body {
+        req = req
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&b)?);
+    }
+    let resp = req.send().await.with_context(|| format!("calling {url}"))?;
+    let status = resp.status();
+    let text = resp.text().await?;
+    let pretty = serde_json::from_str::<Value>(&text)
+        .map(|v| serde_json::to_string_pretty(&v).unwrap_or_default())
+        .unwrap_or(text);
+    println!("{pretty}");
+    anyhow::ensure!(status.is_success(), "HTTP {status}");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    use reqwest::Method;
+    match cli.command {
+        Command::Serve {
+            listen,
+            state_file,
+            cluster,
+            api_key_file,
+            database,
+            sync_interval_seconds,
+            offline_after_seconds,
+        } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+                )
+                .init();
+            let sim = Sim::new(SimConfig {
+                state_file,
+                database,
+                sync_interval_seconds,
+                offline_after: Duration::from_secs(offline_after_seconds),
+            })?;
+            if let (Some(name), Some(file)) = (cluster, api_key_file) {
+                let key = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+                match sim.add_cluster(&name, key.trim()) {
+                    Ok(()) => tracing::info!(cluster = %name, "cluster record created"),
+                    Err(e) => tracing::info!(cluster = %name, "{e}; keeping the existing record"),
+                }
+            }
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
+            tracing::info!(addr = %listener.local_addr()?, "odoo-sim (a simulator of the vWorkspace control plane, not Odoo) listening");
+            axum::serve(listener, odoo_sim::router(sim))
+                .with_graceful_shutdown(async {
+                    let _ = tokio::signal::ctrl_c().await;
+                })
+                .await?;
+            Ok(())
+        }
+        Command::AddCluster { name, api_key_file } => {
+            let key = std::fs::read_to_string(&api_key_file)?;
+            admin(
+                &cli.url,
+                Method::POST,
+                "/sim/clusters",
+                Some(json!({"name": name, "api_key": key.trim()})),
+            )
+            .await
+        }
+        Command::Show { cluster } => admin(&cli.url, Method::GET, &format!("/sim/clusters/{cluster}"), None).await,
+        Command::SetApp {
+            cluster,
+            namespace,
+            name,
+            spec,
+        } => {
+            let path = format!("/sim/clusters/{cluster}/applications/{namespace}/{name}");
+            admin(&cli.url, Method::PUT, &path, Some(read_json(&spec)?)).await
+        }
+        Command::DeleteApp {
+            cluster,
+            namespace,
+            name,
+        } => {
+            let path = format!("/sim/clusters/{cluster}/applications/{namespace}/{name}");
+            admin(&cli.url, Method::DELETE, &path, None).await
+        }
+        Command::SetOp {
+            cluster,
+            namespace,
+            name,
+            spec,
+        } => {
+            let path = format!("/sim/clusters/{cluster}/operations/{namespace}/{name}");
+            admin(&cli.url, Method::PUT, &path, Some(read_json(&spec)?)).await
+        }
+        Command::Fault { mode } => {
+            let body = match mode.split_once(':') {
+                Some(("hang", s)) => json!({"mode": "hang", "seconds": s.parse::<u64>()?}),
+                Some(("oversize", b)) => json!({"mode": "oversize", "bytes": b.parse::<usize>()?}),
+                _ => json!({"mode": mode}),
+            };
+            admin(&cli.url, Method::PUT, "/sim/fault", Some(body)).await
+        }
+    }
+}
