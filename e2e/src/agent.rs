@@ -290,6 +290,9 @@ pub struct AgentProcess {
     pub admin_addr: String,
     /// Name of its status ConfigMap in `vworkspace-system`.
     pub status_configmap: String,
+    /// `http://127.0.0.1:<port>` of its gRPC status channel (the controllers'
+    /// `--status-channel-endpoint`).
+    pub status_channel: String,
 }
 
 /// Starts an agent for the test namespace against `sim`, with the key in `key_file`.
@@ -301,6 +304,7 @@ pub async fn start_agent(
     extra: &[&str],
 ) -> anyhow::Result<AgentProcess> {
     let admin_addr = format!("127.0.0.1:{}", free_port()?);
+    let channel_addr = format!("127.0.0.1:{}", free_port()?);
     let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
     let key = key_file.to_string_lossy().into_owned();
     let mut args = vec![
@@ -325,6 +329,8 @@ pub async fn start_agent(
         "4s",
         "--status-configmap",
         status_configmap.as_str(),
+        "--status-channel-addr",
+        channel_addr.as_str(),
     ];
     args.extend_from_slice(extra);
     let process = ControllerProcess::start(
@@ -343,6 +349,7 @@ pub async fn start_agent(
         process,
         admin_addr,
         status_configmap,
+        status_channel: format!("http://{channel_addr}"),
     })
 }
 

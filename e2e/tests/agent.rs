@@ -82,10 +82,12 @@ async fn assert_key_never_leaked(
 #[tokio::test]
 async fn intent_becomes_a_ready_release_and_an_operation_result_with_timestamps() -> anyhow::Result<()> {
     let ctx = TestContext::new("agent-ready").await?;
-    let _controller = start_controller(&ctx, &[]).await?;
-    let _engine = start_engine(&ctx, "runbook-engine", &[]).await?;
     let sim = SimProcess::start(&ctx).await?;
     let agent = start_agent(&ctx, &sim, &sim.key_file, "", &[]).await?;
+    // The controllers publish their status changes to the agent's gRPC status channel.
+    let channel = ["--status-channel-endpoint", agent.status_channel.as_str()];
+    let _controller = start_controller(&ctx, &channel).await?;
+    let _engine = start_engine(&ctx, "runbook-engine", &channel).await?;
     let ns = ctx.namespace.as_str();
 
     let rev = sim
@@ -155,6 +157,23 @@ async fn intent_becomes_a_ready_release_and_an_operation_result_with_timestamps(
         1.0
     );
     assert!(metric_sum(&metrics, "vworkspace_agent_objects_total", &["outcome=\"applied\""]) >= 2.0);
+    // Both controllers connected (a resync each) and published status changes on the channel.
+    assert!(
+        metric_sum(
+            &metrics,
+            "vworkspace_agent_status_channel_events_total",
+            &["kind=\"resync\""]
+        ) >= 2.0,
+        "resync events"
+    );
+    assert!(
+        metric_sum(
+            &metrics,
+            "vworkspace_agent_status_channel_events_total",
+            &["kind=\"object\""]
+        ) >= 2.0,
+        "object events"
+    );
     http_get(&agent.admin_addr, "/readyz").await?;
     let cm = status_configmap(&agent.status_configmap)
         .await?

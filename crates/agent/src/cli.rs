@@ -1,6 +1,6 @@
 //! Flags of the `agent` binary: the common controller flags plus the control plane's.
 
-use std::{path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 use controller_kit::{CommonArgs, args::parse_duration};
@@ -79,6 +79,27 @@ pub struct AgentArgs {
     /// ConfigMap (in the agent's namespace) recording the agent's condition.
     #[arg(long, env = "VWS_STATUS_CONFIGMAP", default_value = "vworkspace-agent-status")]
     pub status_configmap: String,
+
+    /// Address of the gRPC status channel the controllers publish to (their
+    /// --status-channel-endpoint); `off` disables it. An accelerator only: the agent's
+    /// watches and relists are complete without it.
+    #[arg(long, env = "VWS_STATUS_CHANNEL_ADDR", default_value = "0.0.0.0:9090", value_parser = parse_listen_addr)]
+    pub status_channel_addr: ListenAddr,
+}
+
+/// A listen address, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenAddr(pub Option<SocketAddr>);
+
+/// `0.0.0.0:9090`, `127.0.0.1:0`, or `off`.
+pub fn parse_listen_addr(s: &str) -> Result<ListenAddr, String> {
+    match s.trim() {
+        "off" | "" => Ok(ListenAddr(None)),
+        addr => addr
+            .parse()
+            .map(|a| ListenAddr(Some(a)))
+            .map_err(|_| format!("invalid listen address {addr:?}: use host:port, or off")),
+    }
 }
 
 /// `8Mi`, `512Ki`, `1048576`.
@@ -134,6 +155,7 @@ mod tests {
         assert!(!a.insecure_allow_http);
         assert_eq!(a.status_configmap, "vworkspace-agent-status");
         assert_eq!(a.max_backoff, Duration::from_secs(300));
+        assert_eq!(a.status_channel_addr, ListenAddr(Some("0.0.0.0:9090".parse().unwrap())));
         assert!(
             parse(&["--control-plane-url", "https://odoo", "--cluster-name", "c"]).is_err(),
             "a key source is required"
@@ -163,6 +185,16 @@ mod tests {
             ])
             .is_ok()
         );
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(parse_listen_addr("off"), Ok(ListenAddr(None)));
+        assert_eq!(
+            parse_listen_addr("127.0.0.1:19090"),
+            Ok(ListenAddr(Some("127.0.0.1:19090".parse().unwrap())))
+        );
+        assert!(parse_listen_addr("9090").is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! * [`run`]: wires it all for `main`.
 
 pub mod apply;
+pub mod channel;
 pub mod cli;
 pub mod client;
 pub mod credentials;
@@ -82,8 +83,6 @@ pub struct Runtime {
     pub readiness: Readiness,
     /// Shutdown signal.
     pub shutdown: CancellationToken,
-    /// Status-channel hints (the sender half is for the status channel's server).
-    pub hints: Option<mpsc::Receiver<StatusHint>>,
 }
 
 /// Runs the agent until shutdown.
@@ -155,7 +154,9 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
     let status = SharedStatus::new();
     let resync_wanted = Arc::new(Notify::new());
     let mut tasks = status::spawn_watches(rt.client.clone(), scope.clone(), status.clone(), rt.shutdown.clone());
-    if let Some(hints) = rt.hints {
+    if let Some(addr) = args.status_channel_addr.0 {
+        let (hint_tx, hints) = mpsc::channel::<StatusHint>(HINT_BUFFER);
+        tasks.extend(channel::spawn(addr, hint_tx, &rt.metrics, rt.shutdown.clone()));
         tasks.push(tokio::spawn(status::consume_hints(
             rt.client.clone(),
             scope.clone(),

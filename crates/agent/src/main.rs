@@ -36,14 +36,12 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("connecting to the Kubernetes API")?;
     let mut election = LeaderElection::start(client.clone(), &common, NAME, &metrics, &shutdown)?;
-    // The gRPC status channel (crate status-channel) feeds `hints` once it is served here.
     let runtime = agent::Runtime {
         client,
         gate: election.gate(),
         metrics,
         readiness,
         shutdown: shutdown.clone(),
-        hints: None,
     };
     tokio::select! {
         res = agent::run(cli.agent, runtime) => res?,

@@ -449,7 +449,13 @@ pub async fn consume_hints(
                 }
             }
             StatusHint::Resync { reason } => {
-                tracing::info!(%reason, "status channel asks for a resync");
+                // Publishers reconnecting together (an agent restart) each ask; one relist
+                // answers every request queued so far, and covers any queued object hint.
+                let mut coalesced = 0;
+                while hints.try_recv().is_ok() {
+                    coalesced += 1;
+                }
+                tracing::info!(%reason, coalesced, "status channel asks for a resync");
                 match relist(&client, &scope, &status).await {
                     Ok(_) => resync.notify_one(),
                     Err(e) => tracing::warn!(error = %e, "relist failed; the watches stay the source"),
