@@ -147,20 +147,19 @@ impl Driver for UpgradeDriver {
         }
 
         // 3. Flux's verdict.
-        match release::verdict(app, &target.chart_version) {
-            Verdict::Waiting(message) => Ok(Outcome::Running {
+        let settled = settled(release::verdict(app, &target.chart_version), reported, |message| {
+            format!(
+                "Upgraded to chart version {} (revision {target_number}): {message}",
+                target.chart_version
+            )
+        });
+        match settled {
+            Settled::Outcome(outcome) => Ok(outcome),
+            Settled::Failed(Failure {
+                reason,
                 message,
-                children: reported,
-            }),
-            Verdict::Released(message) => Ok(Outcome::Succeeded {
-                result: format!(
-                    "Upgraded to chart version {} (revision {target_number}): {message}",
-                    target.chart_version
-                ),
-                children: reported,
-                counts: Default::default(),
-            }),
-            Verdict::Failed { reason, message } => match (params.on_failure.unwrap_or_default(), baseline) {
+                mut reported,
+            }) => match (params.on_failure.unwrap_or_default(), baseline) {
                 (UpgradeFailurePolicy::None, _) | (_, None) => Ok(Outcome::Failed {
                     message: format!("upgrade to chart version {} failed: {message}", target.chart_version),
                     reason,
@@ -347,26 +346,60 @@ impl Driver for RollbackDriver {
                 children: reported,
             });
         }
-        match release::verdict(app, &target.chart_version) {
-            Verdict::Waiting(message) => Ok(Outcome::Running {
+        let settled = settled(release::verdict(app, &target.chart_version), reported, |message| {
+            format!(
+                "Rolled back to chart version {} (recorded as revision {number}): {message}",
+                target.chart_version
+            )
+        });
+        Ok(match settled {
+            Settled::Outcome(outcome) => outcome,
+            Settled::Failed(Failure {
+                reason,
                 message,
-                children: reported,
-            }),
-            Verdict::Released(message) => Ok(Outcome::Succeeded {
-                result: format!(
-                    "Rolled back to chart version {} (recorded as revision {number}): {message}",
-                    target.chart_version
-                ),
-                children: reported,
-                counts: Default::default(),
-            }),
-            Verdict::Failed { reason, message } => Ok(Outcome::Failed {
+                reported,
+            }) => Outcome::Failed {
                 message: format!("rollback to chart version {} failed: {message}", target.chart_version),
                 reason,
                 children: reported,
                 counts: Default::default(),
-            }),
-        }
+            },
+        })
+    }
+}
+
+/// Flux failed the release: what the Operation does next is its own policy.
+struct Failure {
+    reason: String,
+    message: String,
+    reported: Vec<api::ObjectReference>,
+}
+
+/// Flux's verdict for an Upgrade or a Rollback.
+enum Settled {
+    /// Still waiting, or released: the same for both types.
+    Outcome(Outcome),
+    /// Failed: each type has its own policy.
+    Failed(Failure),
+}
+
+/// Flux's verdict; `released` words the result of a successful release.
+fn settled(verdict: Verdict, reported: Vec<api::ObjectReference>, released: impl FnOnce(&str) -> String) -> Settled {
+    match verdict {
+        Verdict::Waiting(message) => Settled::Outcome(Outcome::Running {
+            message,
+            children: reported,
+        }),
+        Verdict::Released(message) => Settled::Outcome(Outcome::Succeeded {
+            result: released(&message),
+            children: reported,
+            counts: Default::default(),
+        }),
+        Verdict::Failed { reason, message } => Settled::Failed(Failure {
+            reason,
+            message,
+            reported,
+        }),
     }
 }
 
