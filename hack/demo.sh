@@ -1,36 +1,78 @@
 #!/usr/bin/env bash
-# The main job: a real local cluster (built and cached on first run), the app
-# controller running against it, and a sample ApplicationInstance followed until
-# Ready. Leaves everything running; `just cluster-down` stops it all.
+# The main job, end to end as the product runs: a real local cluster (built and cached
+# on first run) with Flux; the app controller and the runbook engine; the connectivity
+# agent in pull mode; and odoo-sim, the SIMULATOR of the Odoo control plane (not Odoo).
+# The sample application is declared as intent in the simulator, the agent pulls it and
+# applies an ApplicationInstance, Flux installs the chart, and the status travels back
+# (through the gRPC status channel) until the simulator shows it ready.
+# Leaves everything running; `just cluster-down` stops it all.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
 "$HACK_DIR/cluster.sh" up
 source "$CLUSTER_DIR/env"
 kubectl_() { "$HACK_DIR/cluster.sh" exec "$VWS_BIN_DIR/kubectl" "$@"; }
+in_ns() { "$HACK_DIR/cluster.sh" exec "$@"; }
 
-log "building the app controller"
-cargo build --quiet -p app-controller
-pidfile="$CLUSTER_DIR/pids/app-controller.pid"
-if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-  kill "$(cat "$pidfile")"; sleep 1
-fi
-mkdir -p "$CLUSTER_DIR/logs" "$CLUSTER_DIR/pids"
-ip netns exec "$VWS_NETNS" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$pidfile" \
-  env KUBECONFIG="$KUBECONFIG" "$REPO_ROOT/target/debug/app-controller" --admin-addr 127.0.0.1:18090 \
-  >> "$CLUSTER_DIR/logs/app-controller.log" 2>&1 < /dev/null &
-for _ in $(seq 60); do
-  "$HACK_DIR/cluster.sh" exec curl -fsS http://127.0.0.1:18090/readyz >/dev/null 2>&1 && break; sleep 0.5
-done
-log "app-controller ready (log $CLUSTER_DIR/logs/app-controller.log, metrics http://127.0.0.1:18090/metrics in netns $VWS_NETNS)"
+SIM_URL=http://127.0.0.1:18069
+CHANNEL=127.0.0.1:19091
+CLUSTER_NAME=demo
 
-kubectl_ apply --server-side --field-manager=vws-demo -f e2e/samples/demo.yaml
-log "following ApplicationInstance demo/hello until Ready"
-last=""
+log "building the app controller, the runbook engine, the agent and odoo-sim"
+cargo build --quiet -p app-controller -p engines --bin runbook-engine -p agent -p odoo-sim
+mkdir -p "$CLUSTER_DIR/logs" "$CLUSTER_DIR/pids" "$CLUSTER_DIR/demo"
+
+# start NAME READY_URL ARGS...: (re)starts a process in the cluster's network namespace.
+start() {
+  local name=$1 ready=$2; shift 2
+  local pidfile="$CLUSTER_DIR/pids/$name.pid"
+  if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill "$(cat "$pidfile")"; sleep 1
+  fi
+  ip netns exec "$VWS_NETNS" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$pidfile" \
+    env KUBECONFIG="$KUBECONFIG" "$@" >> "$CLUSTER_DIR/logs/$name.log" 2>&1 < /dev/null &
+  for _ in $(seq 60); do
+    in_ns curl -fsS "$ready" >/dev/null 2>&1 && { log "$name ready (log $CLUSTER_DIR/logs/$name.log)"; return; }
+    sleep 0.5
+  done
+  die "$name did not become ready; see $CLUSTER_DIR/logs/$name.log"
+}
+
+# The simulator keeps its state in a file, so a re-run finds its cluster record again.
+key_file="$CLUSTER_DIR/demo/api-key"
+[[ -s $key_file ]] || python3 -c 'import secrets; print("vws-demo-" + secrets.token_hex(16), end="")' > "$key_file"
+start odoo-sim "$SIM_URL/sim/health" "$REPO_ROOT/target/debug/odoo-sim" serve --listen "${SIM_URL#http://}" \
+  --state-file "$CLUSTER_DIR/demo/sim-state.json" --cluster "$CLUSTER_NAME" --api-key-file "$key_file"
+start agent http://127.0.0.1:18092/livez "$REPO_ROOT/target/debug/agent" \
+  --control-plane-url "$SIM_URL" --insecure-allow-http --api-key-file "$key_file" \
+  --cluster-name "$CLUSTER_NAME" --allowed-namespaces demo --admin-addr 127.0.0.1:18092 \
+  --status-channel-addr "$CHANNEL" --sync-interval 5s   # new intent is pulled at the next sync (default 30s)
+start app-controller http://127.0.0.1:18090/readyz "$REPO_ROOT/target/debug/app-controller" \
+  --admin-addr 127.0.0.1:18090 --status-channel-endpoint "http://$CHANNEL"
+start runbook-engine http://127.0.0.1:18091/readyz "$REPO_ROOT/target/debug/runbook-engine" \
+  --admin-addr 127.0.0.1:18091 --status-channel-endpoint "http://$CHANNEL"
+
+# The namespace is the cluster owner's: the agent applies only inside its allow-list.
+kubectl_ create namespace demo --dry-run=client -o yaml | kubectl_ apply --server-side --field-manager=vws-demo -f - >/dev/null
+sim() { in_ns env ODOO_SIM_URL="$SIM_URL" "$REPO_ROOT/target/debug/odoo-sim" "$@"; }
+log "declaring intent in the simulator: application demo/hello (chart demo-app 0.1.0)"
+sim set-app "$CLUSTER_NAME" demo hello --spec e2e/samples/demo-app.json >/dev/null
+
+log "following demo/hello as the simulator (Odoo's side) sees it, until ready"
+last="" state=""
 for _ in $(seq 240); do
-  line=$(kubectl_ get ai hello -n demo -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.reason}: {.message}{end}' 2>/dev/null || true)
-  if [[ -n $line && $line != "$last" ]]; then log "Ready=$line"; last=$line; fi
-  [[ $line == True* ]] && break
+  line=$(sim show "$CLUSTER_NAME" 2>/dev/null | python3 -c '
+import json, sys
+view = json.load(sys.stdin)
+o = next((o for o in view.get("objects", []) if o["namespace"] == "demo" and o["name"] == "hello"), None)
+if o:
+    r = (view.get("reports", {}).get("ApplicationInstance/demo/hello") or {}).get("report") or {}
+    ready = next((c for c in r.get("conditions", []) if c["type"] == "Ready"), {})
+    print(o.get("status", "?"), "|", ready.get("reason", "-"), ready.get("message", "")[:100])
+' || true)
+  state=${line%% *}
+  if [[ -n $line && $line != "$last" ]]; then log "odoo-sim: $line"; last=$line; fi
+  [[ $state == ready ]] && break
   sleep 0.5
 done
 echo
@@ -40,9 +82,10 @@ echo
 echo "greeting rendered by the chart: $(kubectl_ get configmap hello-config -n demo -o jsonpath='{.data.greeting}')"
 cat <<MSG
 
-The cluster and the app controller keep running. Try:
+Everything keeps running (in network namespace $VWS_NETNS). Try:
+  just in-cluster target/debug/odoo-sim --url $SIM_URL show $CLUSTER_NAME     # what Odoo sees
   just in-cluster kubectl get ai -A
-  just in-cluster kubectl describe ai hello -n demo
+  just in-cluster curl -s http://127.0.0.1:18092/metrics | grep vworkspace_agent
   just cluster-down          # stop everything
 MSG
-[[ $last == True* ]] || die "demo/hello did not become Ready; see $CLUSTER_DIR/logs/"
+[[ $state == ready ]] || die "demo/hello was not reported ready; see $CLUSTER_DIR/logs/"
