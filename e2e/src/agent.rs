@@ -405,3 +405,183 @@ pub fn runbook_spec(app: &str, request_id: &str, command: &str) -> Value {
             {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}]}}}}
     })
 }
+
+/// Push mode: test certificates, generated at test time into a test's working directory.
+/// `server-ca.pem` issued `server.pem`/`server-key.pem` (for 127.0.0.1 and localhost);
+/// `client-ca.pem` issued `client.pem` (certificate and key, for Odoo); `rogue-ca.pem`
+/// issued `rogue.pem`, a client certificate the agent must not accept.
+pub struct PushPki {
+    /// Where the PEM files are.
+    pub dir: PathBuf,
+}
+
+fn test_ca(name: &str) -> anyhow::Result<(rcgen::Issuer<'static, rcgen::KeyPair>, String)> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let cert = params.self_signed(&key)?;
+    Ok((rcgen::Issuer::new(params, key), cert.pem()))
+}
+
+fn test_leaf(
+    issuer: &rcgen::Issuer<'_, rcgen::KeyPair>,
+    names: &[&str],
+    usage: rcgen::ExtendedKeyUsagePurpose,
+) -> anyhow::Result<(String, String)> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
+    params.extended_key_usages = vec![usage];
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+impl PushPki {
+    /// Generates every file under `<work dir>/pki`.
+    pub fn generate(ctx: &TestContext) -> anyhow::Result<Self> {
+        let dir = work_dir(ctx)?.join("pki");
+        std::fs::create_dir_all(&dir)?;
+        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text);
+        let (server_ca, server_ca_pem) = test_ca("vworkspace e2e push server CA")?;
+        let (cert, key) = test_leaf(
+            &server_ca,
+            &["127.0.0.1", "localhost"],
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        )?;
+        write("server-ca.pem", &server_ca_pem)?;
+        write("server.pem", &cert)?;
+        write("server-key.pem", &key)?;
+        for (tag, name) in [("client", "Odoo clients CA"), ("rogue", "someone else's CA")] {
+            let (ca, ca_pem) = test_ca(name)?;
+            let (cert, key) = test_leaf(&ca, &["odoo"], rcgen::ExtendedKeyUsagePurpose::ClientAuth)?;
+            write(&format!("{tag}-ca.pem"), &ca_pem)?;
+            write(&format!("{tag}.pem"), &format!("{cert}{key}"))?;
+        }
+        Ok(Self { dir })
+    }
+
+    /// The path of one of the files.
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+
+    /// An HTTPS client trusting only the server CA, presenting `identity` (`client.pem`,
+    /// `rogue.pem`) when given: what Odoo would use.
+    pub fn client(&self, identity: Option<&str>) -> anyhow::Result<reqwest::Client> {
+        let ca = std::fs::read(self.dir.join("server-ca.pem"))?;
+        let mut builder = reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+            .no_proxy()
+            .timeout(Duration::from_secs(30));
+        if let Some(id) = identity {
+            builder = builder.identity(reqwest::Identity::from_pem(&std::fs::read(self.dir.join(id))?)?);
+        }
+        Ok(builder.build()?)
+    }
+}
+
+/// An agent in push mode and its endpoint.
+pub struct PushAgent {
+    /// The process, admin address and status ConfigMap, as for pull mode.
+    pub agent: AgentProcess,
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+}
+
+/// Starts an agent in push mode for the test namespace: TLS with `pki`'s server
+/// certificate, the token in `token_file`, client certificates required when
+/// `client_ca` is set. No control plane: the agent makes no outbound call.
+pub async fn start_push_agent(
+    ctx: &TestContext,
+    pki: &PushPki,
+    token_file: &std::path::Path,
+    client_ca: bool,
+    tag: &str,
+) -> anyhow::Result<PushAgent> {
+    let admin_addr = format!("127.0.0.1:{}", free_port()?);
+    let push_addr = format!("127.0.0.1:{}", free_port()?);
+    let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
+    let token = token_file.to_string_lossy().into_owned();
+    let (cert, key, ca) = (
+        pki.path("server.pem"),
+        pki.path("server-key.pem"),
+        pki.path("client-ca.pem"),
+    );
+    let mut args = vec![
+        "--mode",
+        "push",
+        "--push-addr",
+        push_addr.as_str(),
+        "--push-tls-cert",
+        cert.as_str(),
+        "--push-tls-key",
+        key.as_str(),
+        "--push-token-file",
+        token.as_str(),
+        "--cluster-name",
+        "push-e2e",
+        "--watch-namespace",
+        ctx.namespace.as_str(),
+        "--allowed-namespaces",
+        ctx.namespace.as_str(),
+        "--admin-addr",
+        admin_addr.as_str(),
+        "--status-configmap",
+        status_configmap.as_str(),
+        "--status-channel-addr",
+        "off",
+    ];
+    if client_ca {
+        args.extend(["--push-client-ca", ca.as_str()]);
+    }
+    let process = ControllerProcess::start(
+        "agent",
+        &format!("agent-{}{tag}", ctx.namespace),
+        &args,
+        &[
+            ("POD_NAMESPACE", crate::deploy::SYSTEM_NAMESPACE),
+            // Debug everywhere, HTTP and TLS libraries included: the leak test is only as
+            // strong as what gets logged.
+            ("RUST_LOG", "debug,tower=info,h2=info"),
+        ],
+    )
+    .await?;
+    Ok(PushAgent {
+        agent: AgentProcess {
+            process,
+            admin_addr,
+            status_configmap,
+            status_channel: String::new(),
+        },
+        url: format!("https://{push_addr}"),
+    })
+}
+
+/// `POST <url>/json/2/vworkspace.agent/<method>` with `token` as bearer; returns the
+/// status and the JSON answer. An `Err` means no HTTP answer at all (e.g. a TLS handshake
+/// refused).
+pub async fn push_call(
+    client: &reqwest::Client,
+    url: &str,
+    method: &str,
+    token: Option<&str>,
+    body: &Value,
+) -> anyhow::Result<(u16, Value)> {
+    let mut req = client
+        .post(format!("{url}/json/2/vworkspace.agent/{method}"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(t) = token {
+        req = req.header("authorization", format!("bearer {t}"));
+    }
+    let res = req.send().await?;
+    let status = res.status().as_u16();
+    let text = res.text().await?;
+    let value = serde_json::from_str(&text).with_context(|| format!("HTTP {status}, not JSON: {text}"))?;
+    Ok((status, value))
+}

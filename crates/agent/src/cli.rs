@@ -1,9 +1,12 @@
 //! Flags of the `agent` binary: the common controller flags plus the control plane's.
+//! Pull mode (the default) needs the control plane's URL and API key; push mode needs its
+//! endpoint's TLS files and token instead ([`AgentArgs::validate`]).
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 use controller_kit::{CommonArgs, args::parse_duration};
+use protocol::messages::AgentMode;
 
 /// Agent flags. Each can also be set through its environment variable.
 #[derive(Args, Debug, Clone)]
@@ -11,17 +14,15 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Base URL of the Odoo control plane, e.g. `https://odoo.example.com`.
+    /// Base URL of the Odoo control plane, e.g. `https://odoo.example.com`. Required in
+    /// pull mode; unused in push mode, which makes no outbound call. (Checked by
+    /// `validate`: clap's conditional rules ignore --mode's default.)
     #[arg(long, env = "VWS_CONTROL_PLANE_URL")]
-    pub control_plane_url: String,
+    pub control_plane_url: Option<String>,
 
-    /// File holding the API key (e.g. a mounted Secret). Exclusive with --credentials-secret.
-    #[arg(
-        long,
-        env = "VWS_API_KEY_FILE",
-        conflicts_with = "credentials_secret",
-        required_unless_present = "credentials_secret"
-    )]
+    /// File holding the API key (e.g. a mounted Secret). Exclusive with --credentials-secret;
+    /// pull mode needs one of the two.
+    #[arg(long, env = "VWS_API_KEY_FILE", conflicts_with = "credentials_secret")]
     pub api_key_file: Option<PathBuf>,
 
     /// Secret in the agent's own namespace holding the API key (key --credentials-secret-key).
@@ -85,6 +86,110 @@ pub struct AgentArgs {
     /// watches and relists are complete without it.
     #[arg(long, env = "VWS_STATUS_CHANNEL_ADDR", default_value = "0.0.0.0:9090", value_parser = parse_listen_addr)]
     pub status_channel_addr: ListenAddr,
+
+    /// How intent reaches the agent: `pull` (it calls Odoo, outbound only; the default) or
+    /// `push` (Odoo calls its HTTPS endpoint; opt-in, see docs/connectivity).
+    #[arg(long, env = "VWS_AGENT_MODE", default_value = "pull", value_parser = parse_mode)]
+    pub mode: AgentMode,
+
+    /// Push mode: listen address of the HTTPS endpoint Odoo calls.
+    #[arg(long, env = "VWS_PUSH_ADDR", default_value = "0.0.0.0:8443")]
+    pub push_addr: SocketAddr,
+
+    /// Push mode: PEM certificate chain of the endpoint (with --push-tls-key).
+    #[arg(long, env = "VWS_PUSH_TLS_CERT", requires = "push_tls_key")]
+    pub push_tls_cert: Option<PathBuf>,
+
+    /// Push mode: PEM private key of the endpoint's certificate.
+    #[arg(long, env = "VWS_PUSH_TLS_KEY", requires = "push_tls_cert")]
+    pub push_tls_key: Option<PathBuf>,
+
+    /// Push mode: PEM CA certificates; when set, a client must present a certificate
+    /// chained to one of them (mutual TLS), besides the bearer token.
+    #[arg(long, env = "VWS_PUSH_CLIENT_CA")]
+    pub push_client_ca: Option<PathBuf>,
+
+    /// Push mode: serve plain http instead of https. Development only: the token would
+    /// travel in clear.
+    #[arg(long, env = "VWS_PUSH_INSECURE_HTTP", default_value_t = false,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        conflicts_with_all = ["push_tls_cert", "push_tls_key", "push_client_ca"])]
+    pub push_insecure_http: bool,
+
+    /// Push mode: file holding the bearer token Odoo must send (e.g. a mounted Secret).
+    /// Exclusive with --push-token-secret.
+    #[arg(long, env = "VWS_PUSH_TOKEN_FILE", conflicts_with = "push_token_secret")]
+    pub push_token_file: Option<PathBuf>,
+
+    /// Push mode: Secret in the agent's own namespace holding the token (key
+    /// --push-token-secret-key).
+    #[arg(long, env = "VWS_PUSH_TOKEN_SECRET")]
+    pub push_token_secret: Option<String>,
+
+    /// Data key of the token in --push-token-secret.
+    #[arg(long, env = "VWS_PUSH_TOKEN_SECRET_KEY", default_value = "push-token")]
+    pub push_token_secret_key: String,
+
+    /// Push mode: largest request body accepted, in bytes (suffixes Ki, Mi); larger is 413.
+    #[arg(long, env = "VWS_PUSH_MAX_BODY", default_value = "8Mi", value_parser = parse_size)]
+    pub push_max_body: usize,
+}
+
+/// A combination of flags that cannot work (what clap's rules cannot express).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModeError {
+    /// Pull mode without a URL.
+    #[error("pull mode needs --control-plane-url")]
+    MissingControlPlaneUrl,
+    /// Pull mode without an API key source.
+    #[error("pull mode needs --api-key-file or --credentials-secret")]
+    MissingApiKey,
+    /// Push mode without a token source.
+    #[error("push mode needs --push-token-file or --push-token-secret")]
+    MissingPushToken,
+    /// Push mode without TLS files and without the development flag.
+    #[error("push mode needs --push-tls-cert and --push-tls-key (or --push-insecure-http, for development only)")]
+    MissingPushTls,
+    /// A mode this binary does not implement.
+    #[error("unknown mode: use pull or push")]
+    UnknownMode,
+}
+
+impl AgentArgs {
+    /// Checks the flags each mode needs. Pull needs the control plane's URL and a key;
+    /// push needs a token and TLS (unless --push-insecure-http), and ignores the pull flags.
+    pub fn validate(&self) -> Result<(), ModeError> {
+        match self.mode {
+            AgentMode::Pull => {
+                if self.control_plane_url.as_deref().is_none_or(|u| u.trim().is_empty()) {
+                    return Err(ModeError::MissingControlPlaneUrl);
+                }
+                if self.api_key_file.is_none() && self.credentials_secret.is_none() {
+                    return Err(ModeError::MissingApiKey);
+                }
+            }
+            AgentMode::Push => {
+                if self.push_token_file.is_none() && self.push_token_secret.is_none() {
+                    return Err(ModeError::MissingPushToken);
+                }
+                let tls = self.push_tls_cert.is_some() && self.push_tls_key.is_some();
+                if !tls && !self.push_insecure_http {
+                    return Err(ModeError::MissingPushTls);
+                }
+            }
+            AgentMode::Unknown => return Err(ModeError::UnknownMode),
+        }
+        Ok(())
+    }
+}
+
+/// `pull` or `push`.
+pub fn parse_mode(s: &str) -> Result<AgentMode, String> {
+    match s.trim() {
+        "pull" => Ok(AgentMode::Pull),
+        "push" => Ok(AgentMode::Push),
+        other => Err(format!("invalid mode {other:?}: use pull or push")),
+    }
 }
 
 /// A listen address, or `off`.
@@ -156,8 +261,13 @@ mod tests {
         assert_eq!(a.status_configmap, "vworkspace-agent-status");
         assert_eq!(a.max_backoff, Duration::from_secs(300));
         assert_eq!(a.status_channel_addr, ListenAddr(Some("0.0.0.0:9090".parse().unwrap())));
-        assert!(
-            parse(&["--control-plane-url", "https://odoo", "--cluster-name", "c"]).is_err(),
+        assert_eq!(a.mode, AgentMode::Pull, "pull is the default");
+        a.validate().unwrap();
+        assert_eq!(
+            parse(&["--control-plane-url", "https://odoo", "--cluster-name", "c"])
+                .unwrap()
+                .validate(),
+            Err(ModeError::MissingApiKey),
             "a key source is required"
         );
         assert!(
@@ -185,6 +295,115 @@ mod tests {
             ])
             .is_ok()
         );
+    }
+
+    #[test]
+    fn pull_mode_needs_the_control_plane_push_mode_does_not() {
+        assert_eq!(
+            parse(&["--api-key-file", "/k", "--cluster-name", "c"])
+                .unwrap()
+                .validate(),
+            Err(ModeError::MissingControlPlaneUrl),
+            "pull (the default) needs --control-plane-url"
+        );
+        assert_eq!(
+            parse(&["--mode", "pull", "--api-key-file", "/k", "--cluster-name", "c"])
+                .unwrap()
+                .validate(),
+            Err(ModeError::MissingControlPlaneUrl),
+            "and so does an explicit pull"
+        );
+        let push = parse(&[
+            "--mode",
+            "push",
+            "--cluster-name",
+            "c",
+            "--push-token-file",
+            "/t",
+            "--push-tls-cert",
+            "/c.pem",
+            "--push-tls-key",
+            "/k.pem",
+        ])
+        .unwrap();
+        assert_eq!(push.mode, AgentMode::Push);
+        assert_eq!(push.control_plane_url, None);
+        assert_eq!(push.push_addr, "0.0.0.0:8443".parse().unwrap());
+        assert_eq!(push.push_max_body, 8 * 1024 * 1024);
+        assert_eq!(push.push_token_secret_key, "push-token");
+        assert!(!push.push_insecure_http);
+        push.validate().unwrap();
+        assert!(parse(&["--mode", "sideways", "--cluster-name", "c"]).is_err());
+    }
+
+    #[test]
+    fn push_mode_needs_a_token_and_tls_unless_insecure() {
+        let base = ["--mode", "push", "--cluster-name", "c"];
+        let with = |extra: &[&str]| parse(&[&base[..], extra].concat());
+        assert_eq!(
+            with(&["--push-tls-cert", "/c", "--push-tls-key", "/k"])
+                .unwrap()
+                .validate(),
+            Err(ModeError::MissingPushToken)
+        );
+        assert_eq!(
+            with(&["--push-token-file", "/t"]).unwrap().validate(),
+            Err(ModeError::MissingPushTls)
+        );
+        assert!(
+            with(&["--push-token-file", "/t", "--push-tls-cert", "/c"]).is_err(),
+            "a certificate needs its key"
+        );
+        assert!(
+            with(&[
+                "--push-token-file",
+                "/t",
+                "--push-token-secret",
+                "s",
+                "--push-insecure-http"
+            ])
+            .is_err(),
+            "only one token source"
+        );
+        assert!(
+            with(&[
+                "--push-token-file",
+                "/t",
+                "--push-insecure-http",
+                "--push-client-ca",
+                "/ca"
+            ])
+            .is_err(),
+            "client certificates need TLS"
+        );
+        let dev = with(&["--push-token-secret", "s", "--push-insecure-http"]).unwrap();
+        dev.validate().unwrap();
+        let mtls = with(&[
+            "--push-token-file",
+            "/t",
+            "--push-tls-cert",
+            "/c",
+            "--push-tls-key",
+            "/k",
+            "--push-client-ca",
+            "/ca",
+            "--push-max-body",
+            "1Mi",
+        ])
+        .unwrap();
+        mtls.validate().unwrap();
+        assert_eq!(mtls.push_max_body, 1024 * 1024);
+        // Pull flags are allowed in push mode (ignored): one manifest can switch modes.
+        with(&[
+            "--push-token-file",
+            "/t",
+            "--push-insecure-http",
+            "--control-plane-url",
+            "https://odoo",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The agent's own condition: is it in touch with the control plane, and if not, why.
 //!
-//! One condition, `ControlPlaneConnected`, is kept in memory and published three ways:
+//! One condition, `ControlPlaneConnected`, is kept in memory and published three ways
+//! (in push mode it says whether the push endpoint serves: `True`/`PushServing` with the
+//! last authenticated push, see [`Health::push_serving`]):
 //!
 //! * **metrics** (`vworkspace_agent_*`, see [`AgentMetrics`]), always current;
 //! * **`/readyz`**: `503 not ready: <reason>: <message>` while the agent cannot sync
@@ -34,6 +36,8 @@ use serde_json::json;
 pub const NOT_READY_AFTER: u32 = 3;
 /// The condition type.
 pub const CONDITION_TYPE: &str = "ControlPlaneConnected";
+/// Push mode's reason while its endpoint serves.
+pub const PUSH_SERVING: &str = "PushServing";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -50,6 +54,12 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PushLabels {
+    endpoint: &'static str,
+    code: u16,
+}
+
 /// The agent's metrics, registered in the process registry (prefix `vworkspace_`).
 #[derive(Clone, Default)]
 pub struct AgentMetrics {
@@ -64,6 +74,7 @@ pub struct AgentMetrics {
     reports_pending: Gauge,
     revision: Gauge,
     bytes_sent: Counter,
+    push_requests: Family<PushLabels, Counter>,
 }
 
 impl std::fmt::Debug for AgentMetrics {
@@ -127,8 +138,18 @@ impl AgentMetrics {
             "Bytes of sync parameters sent",
             m.bytes_sent.clone(),
         );
+        metrics.register(
+            "agent_push_requests",
+            "Push mode: requests to the push endpoint, by endpoint and HTTP status",
+            m.push_requests.clone(),
+        );
         drop(m.calls.get_or_create(&ResultLabels { result: "ok" }));
         m
+    }
+
+    /// Counts a request to the push endpoint (`endpoint` is `apply`, `status` or `other`).
+    pub fn push_request(&self, endpoint: &'static str, code: u16) {
+        self.push_requests.get_or_create(&PushLabels { endpoint, code }).inc();
     }
 
     /// Counts a processed object.
@@ -338,6 +359,61 @@ impl Health {
         (t, failures)
     }
 
+    /// Push mode: the endpoint listens on `endpoint` (`https://0.0.0.0:8443`). The agent
+    /// cannot know whether Odoo reaches it, only that it serves: `True`/`PushServing`.
+    pub fn push_serving(&self, endpoint: &str) -> Transition {
+        let last = {
+            let mut s = self.lock();
+            s.needs_attention = false;
+            s.failures = 0;
+            s.last_success
+        };
+        self.metrics.connected.set(1);
+        let last = last.map_or_else(
+            || "no authenticated push yet".to_owned(),
+            |t| format!("last authenticated push at {t}"),
+        );
+        let t = self.transition(
+            "True",
+            PUSH_SERVING,
+            format!("serving the push endpoint on {endpoint}; {last}"),
+        );
+        self.update_readiness();
+        t
+    }
+
+    /// Push mode: an authenticated request was served; its time is the last success.
+    pub fn pushed(&self) -> Transition {
+        let now = Timestamp::now();
+        {
+            let mut s = self.lock();
+            s.failures = 0;
+            s.needs_attention = false;
+            s.last_success = Some(now);
+        }
+        self.metrics.connected.set(1);
+        self.metrics.failures.set(0);
+        self.metrics.last_success.set(now.as_second());
+        let t = self.transition(
+            "True",
+            PUSH_SERVING,
+            format!("serving the push endpoint; last authenticated push at {now}"),
+        );
+        self.update_readiness();
+        t
+    }
+
+    /// Push mode: the endpoint cannot authenticate anyone (its token cannot be read):
+    /// `False` with `reason`, not ready at once, until [`Health::pushed`] or
+    /// [`Health::push_serving`].
+    pub fn push_unavailable(&self, reason: &'static str, message: String) -> Transition {
+        self.lock().needs_attention = true;
+        self.metrics.connected.set(0);
+        let t = self.transition("False", reason, message);
+        self.update_readiness();
+        t
+    }
+
     /// Writes the condition to the status ConfigMap (best effort; logged on failure).
     pub async fn persist(&self, known_revision: Option<String>) {
         let Some((api, name)) = &self.configmap else { return };
@@ -420,6 +496,42 @@ mod tests {
             "vworkspace_agent_condition{reason=\"Unauthorized\"} 1",
             "vworkspace_agent_condition{reason=\"Synced\"} 0",
             "vworkspace_agent_consecutive_failures 1",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn push_mode_condition_says_the_endpoint_serves() {
+        let (h, r, metrics) = health();
+        h.set_caches_synced();
+        assert_eq!(h.push_serving("https://0.0.0.0:8443"), Transition::Changed);
+        assert!(r.is_ready());
+        let c = h.condition();
+        assert_eq!((c.status, c.reason), ("True", PUSH_SERVING));
+        assert!(c.message.contains("no authenticated push yet"), "{}", c.message);
+        assert_eq!(
+            h.pushed(),
+            Transition::None,
+            "same status and reason: nothing to persist"
+        );
+        assert!(h.condition().message.contains("last authenticated push at"));
+        assert_eq!(
+            h.push_unavailable("CredentialsUnavailable", "cannot read the push token file /t".into()),
+            Transition::Changed
+        );
+        assert_eq!(
+            r.status(),
+            Err("ControlPlaneConnected: CredentialsUnavailable: cannot read the push token file /t".to_owned())
+        );
+        h.pushed();
+        assert!(r.is_ready(), "a readable token again: ready again");
+        h.metrics().push_request("apply", 401);
+        let text = metrics.encode().unwrap();
+        for needle in [
+            "vworkspace_agent_push_requests_total{endpoint=\"apply\",code=\"401\"} 1",
+            "vworkspace_agent_condition{reason=\"PushServing\"} 1",
+            "vworkspace_agent_control_plane_connected 1",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

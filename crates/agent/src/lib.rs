@@ -1,12 +1,15 @@
-//! The connectivity agent, pull mode: the cluster side of the vWorkspace control-plane
-//! protocol (`crates/protocol`, `docs/connectivity/`).
+//! The connectivity agent: the cluster side of the vWorkspace control-plane protocol
+//! (`crates/protocol`, `docs/connectivity/`), in pull mode (the default: the agent calls
+//! Odoo) or push mode (opt-in: Odoo calls the agent).
 //!
 //! * [`client`]: JSON-2 calls to Odoo over HTTPS (timeouts, size cap, CA bundle, proxies).
 //! * [`apply`]: "apply this desired-state document, return its acknowledgement", the one
-//!   apply path for pull mode and (later) push mode.
+//!   apply path for pull mode and push mode.
 //! * [`status`]: status rebuilt from the CRs (watches, relists) and the hook of the gRPC
 //!   status channel ([`status::StatusHint`]).
 //! * [`sync`]: the loop: register, then sync with backoff and jitter.
+//! * [`push`]: push mode's authenticated HTTPS endpoint (same document, same
+//!   acknowledgements, same apply path).
 //! * [`health`]: the agent's own condition, on `/readyz`, in metrics and in a ConfigMap.
 //! * [`credentials`]: the API key, from a file or a Secret, always [`controller_kit::Redacted`].
 //! * [`run`]: wires it all for `main`.
@@ -17,6 +20,7 @@ pub mod cli;
 pub mod client;
 pub mod credentials;
 pub mod health;
+pub mod push;
 pub mod status;
 pub mod sync;
 
@@ -39,6 +43,7 @@ use crate::{
     client::{ClientConfig, ControlPlaneClient},
     credentials::CredentialSource,
     health::{AgentMetrics, Health},
+    push::{PushServer, PushState, TokenCache},
     status::{SharedStatus, StatusHint},
     sync::{SyncLoop, SyncSettings},
 };
@@ -85,16 +90,22 @@ pub struct Runtime {
     pub shutdown: CancellationToken,
 }
 
-/// Runs the agent until shutdown.
-pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
-    let scope = args.common.watch_scope()?;
-    let own_namespace = args
-        .common
-        .lease_namespace
-        .clone()
-        .unwrap_or_else(|| rt.client.default_namespace().to_owned());
+/// How intent reaches this agent.
+enum Inbound {
+    Pull(ControlPlaneClient, CredentialSource),
+    Push(PushSetup),
+}
+
+/// Push mode's endpoint, bound, and where its token comes from.
+struct PushSetup {
+    server: PushServer,
+    token: CredentialSource,
+    client_certificates: bool,
+}
+
+fn pull_setup(args: &AgentArgs, own_namespace: &str) -> anyhow::Result<(ControlPlaneClient, CredentialSource)> {
     let client = ControlPlaneClient::new(&ClientConfig {
-        url: args.control_plane_url.clone(),
+        url: args.control_plane_url.clone().unwrap_or_default(),
         database: args.database.clone(),
         timeout: args.request_timeout,
         max_response_bytes: args.max_response_size,
@@ -111,11 +122,66 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
     let credentials = match (&args.api_key_file, &args.credentials_secret) {
         (Some(path), _) => CredentialSource::File(path.clone()),
         (None, Some(name)) => CredentialSource::Secret {
-            namespace: own_namespace.clone(),
+            namespace: own_namespace.to_owned(),
             name: name.clone(),
             key: args.credentials_secret_key.clone(),
         },
         (None, None) => anyhow::bail!("set --api-key-file or --credentials-secret"),
+    };
+    Ok((client, credentials))
+}
+
+async fn push_setup(args: &AgentArgs, own_namespace: &str) -> anyhow::Result<PushSetup> {
+    let tls = match (&args.push_tls_cert, &args.push_tls_key) {
+        (Some(cert), Some(key)) => Some(
+            push::tls_config(cert, key, args.push_client_ca.as_deref())
+                .context("configuring the push endpoint's TLS")?,
+        ),
+        _ => {
+            tracing::warn!(
+                addr = %args.push_addr,
+                "push endpoint on plain http (--push-insecure-http): the token travels in clear; for development only"
+            );
+            None
+        }
+    };
+    let token = match (&args.push_token_file, &args.push_token_secret) {
+        (Some(path), _) => CredentialSource::File(path.clone()),
+        (None, Some(name)) => CredentialSource::Secret {
+            namespace: own_namespace.to_owned(),
+            name: name.clone(),
+            key: args.push_token_secret_key.clone(),
+        },
+        (None, None) => anyhow::bail!("set --push-token-file or --push-token-secret"),
+    };
+    if args.control_plane_url.is_some() {
+        tracing::info!("--control-plane-url is ignored in push mode: the agent makes no outbound call");
+    }
+    let server = PushServer::bind(args.push_addr, tls).await?;
+    Ok(PushSetup {
+        server,
+        token,
+        client_certificates: args.push_client_ca.is_some(),
+    })
+}
+
+/// Runs the agent until shutdown.
+pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
+    args.validate()?;
+    let scope = args.common.watch_scope()?;
+    let own_namespace = args
+        .common
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| rt.client.default_namespace().to_owned());
+    // Pull needs the control plane's client and key; push a bound endpoint and a token.
+    // Both are set up before anything else, so a wrong flag or file fails the start.
+    let inbound = match args.mode {
+        AgentMode::Push => Inbound::Push(push_setup(&args, &own_namespace).await?),
+        _ => {
+            let (client, credentials) = pull_setup(&args, &own_namespace)?;
+            Inbound::Pull(client, credentials)
+        }
     };
 
     let Some(uid) = cluster_uid(&rt.client, &rt.shutdown).await else {
@@ -128,17 +194,34 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
     let agent = AgentInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         instance: args.common.identity.clone(),
-        mode: AgentMode::Pull,
+        mode: args.mode,
         started_at: Timestamp::now(),
     };
-    tracing::info!(
-        cluster_uid = %identity.uid,
-        cluster_name = %identity.name,
-        control_plane = client.base_url(),
-        credentials = %credentials,
-        policy = %scope.policy(),
-        "starting the agent (pull mode)"
-    );
+    let (endpoint_key, endpoint) = match &inbound {
+        Inbound::Pull(client, credentials) => {
+            tracing::info!(
+                cluster_uid = %identity.uid,
+                cluster_name = %identity.name,
+                control_plane = client.base_url(),
+                credentials = %credentials,
+                policy = %scope.policy(),
+                "starting the agent (pull mode)"
+            );
+            ("controlPlane", client.base_url().to_owned())
+        }
+        Inbound::Push(setup) => {
+            tracing::info!(
+                cluster_uid = %identity.uid,
+                cluster_name = %identity.name,
+                endpoint = %setup.server.url(),
+                token = %setup.token,
+                client_certificates = setup.client_certificates,
+                policy = %scope.policy(),
+                "starting the agent (push mode: no outbound call; Odoo calls the endpoint)"
+            );
+            ("pushEndpoint", setup.server.url())
+        }
+    };
 
     let health = Health::new(
         rt.readiness.clone(),
@@ -148,7 +231,8 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
             "clusterUid": identity.uid,
             "clusterName": identity.name,
             "instance": agent.instance,
-            "controlPlane": client.base_url(),
+            "mode": agent.mode,
+            endpoint_key: endpoint,
         }),
     );
     let status = SharedStatus::new();
@@ -167,37 +251,62 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
         )));
     }
 
-    let sync = SyncLoop {
-        client,
-        credentials,
-        kube: rt.client.clone(),
-        cluster: KubeCluster::new(rt.client.clone()),
-        scope,
-        identity,
-        agent,
-        status,
-        resync_wanted,
-        health,
-        gate: rt.gate,
-        recorder: Some(kube::runtime::events::Recorder::new(
-            rt.client.clone(),
-            kube::runtime::events::Reporter {
-                controller: "vworkspace-agent".into(),
-                instance: Some(args.common.identity.clone()),
-            },
-        )),
-        settings: SyncSettings {
-            interval: args.sync_interval,
-            report_delay: args.report_delay,
-            batch_size: args.report_batch_size as usize,
-            full_resync_interval: args.full_resync_interval,
-            backoff: Backoff {
-                max: args.max_backoff,
-                ..Backoff::default()
-            },
+    let recorder = kube::runtime::events::Recorder::new(
+        rt.client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "vworkspace-agent".into(),
+            instance: Some(args.common.identity.clone()),
         },
-    };
-    sync.run(rt.shutdown.clone()).await;
+    );
+    match inbound {
+        Inbound::Pull(client, credentials) => {
+            let sync = SyncLoop {
+                client,
+                credentials,
+                kube: rt.client.clone(),
+                cluster: KubeCluster::new(rt.client.clone()),
+                scope,
+                identity,
+                agent,
+                status,
+                resync_wanted,
+                health,
+                gate: rt.gate,
+                recorder: Some(recorder),
+                settings: SyncSettings {
+                    interval: args.sync_interval,
+                    report_delay: args.report_delay,
+                    batch_size: args.report_batch_size as usize,
+                    full_resync_interval: args.full_resync_interval,
+                    backoff: Backoff {
+                        max: args.max_backoff,
+                        ..Backoff::default()
+                    },
+                },
+            };
+            sync.run(rt.shutdown.clone()).await;
+        }
+        Inbound::Push(setup) => {
+            let state = Arc::new(PushState {
+                cluster: KubeCluster::new(rt.client.clone()),
+                scope,
+                identity,
+                agent,
+                status,
+                health,
+                gate: rt.gate,
+                recorder: Some(recorder),
+                token: TokenCache::new(setup.token, rt.client.clone()),
+                max_body: args.push_max_body,
+                batch_size: args.report_batch_size as usize,
+                ledger: Default::default(),
+            });
+            // The status channel's resync requests need no answer here: Odoo asks for a
+            // full snapshot when it wants one.
+            drop(resync_wanted);
+            push::run(state, setup.server, rt.shutdown.clone()).await;
+        }
+    }
     rt.shutdown.cancel();
     for t in tasks {
         let _ = t.await;

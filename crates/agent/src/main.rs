@@ -1,5 +1,6 @@
-//! `agent`: pulls desired state from the Odoo control plane, applies it as CRs inside the
-//! namespace allow-list, and reports status back (pull mode).
+//! `agent`: pulls desired state from the Odoo control plane (pull mode, the default) or
+//! accepts it on an authenticated HTTPS endpoint (push mode), applies it as CRs inside the
+//! namespace allow-list, and reports status back.
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -12,7 +13,8 @@ const NAME: &str = "vworkspace-agent";
 #[command(
     name = "agent",
     version,
-    about = "Connectivity agent: pulls intent from the Odoo control plane over HTTPS and reports status (pull mode)."
+    about = "Connectivity agent: pulls intent from the Odoo control plane over HTTPS (or, with --mode push, serves an \
+             HTTPS endpoint Odoo pushes to), applies it inside the namespace allow-list and reports status."
 )]
 struct Cli {
     #[command(flatten)]
@@ -24,6 +26,8 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let common = cli.agent.common.clone();
     common.validate()?;
+    // Before anything connects: a wrong flag combination is a clear error at once.
+    cli.agent.validate()?;
     let _telemetry = telemetry::init(NAME, &common)?;
     let shutdown = shutdown::cancel_on_signal(CancellationToken::new());
     let metrics = Metrics::new("vworkspace");

@@ -14,8 +14,8 @@ use protocol::{
     backoff::Backoff,
     error::ErrorClass,
     messages::{
-        AgentError, AgentInfo, ClusterIdentity, DocumentOutcome, ObjectOutcome, RegisterParams, RegisterResult,
-        ResyncMarker, SyncParams, SyncResult,
+        AgentError, AgentInfo, ClusterIdentity, DesiredState, DocumentAck, DocumentOutcome, ObjectOutcome,
+        RegisterParams, RegisterResult, ResyncMarker, SyncParams, SyncResult,
     },
     revision::{AckLedger, Decision, decide},
 };
@@ -26,7 +26,7 @@ use crate::{
     apply::{Cluster, apply_document, refuse_malformed},
     client::{CallError, ControlPlaneClient},
     credentials::CredentialSource,
-    health::{Health, Transition},
+    health::{AgentMetrics, Health, Transition},
     status::{SharedStatus, Taken},
 };
 
@@ -125,7 +125,8 @@ enum Wake {
     Shutdown,
 }
 
-fn allowed_list(scope: &WatchScope) -> Vec<String> {
+/// The allow-list as announced to Odoo: `["*"]` for all namespaces.
+pub fn allowed_list(scope: &WatchScope) -> Vec<String> {
     let mut list = match scope.policy() {
         controller_kit::NamespacePolicy::All => vec!["*".to_owned()],
         controller_kit::NamespacePolicy::AllowList(set) => set.iter().cloned().collect(),
@@ -152,6 +153,74 @@ fn outcome_label(o: ObjectOutcome) -> &'static str {
         ObjectOutcome::Refused => "refused",
         ObjectOutcome::Failed => "failed",
         ObjectOutcome::Unknown => "unknown",
+    }
+}
+
+/// Applies a received document through [`apply_document`] and records what happened:
+/// a log line per refused, failed or conflicting entry, Events on the objects touched,
+/// metrics. Both modes call it (pull from its sync loop, push from its endpoint), so a
+/// document is handled the same way whichever way it came; the caller decides first
+/// whether to apply at all ([`decide`]) and records the acknowledgement in its ledger.
+pub async fn apply_received<C: Cluster>(
+    cluster: &C,
+    scope: &WatchScope,
+    metrics: &AgentMetrics,
+    recorder: Option<&Recorder>,
+    doc: &DesiredState,
+) -> DocumentAck {
+    let cursor = doc.cursor();
+    let ack = apply_document(cluster, doc, |ns| scope.allows(ns), Timestamp::now).await;
+    for o in &ack.objects {
+        metrics.object(outcome_label(o.outcome));
+        match o.outcome {
+            ObjectOutcome::Refused | ObjectOutcome::Failed | ObjectOutcome::Conflict => {
+                tracing::warn!(
+                    revision = %cursor,
+                    object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
+                    outcome = outcome_label(o.outcome),
+                    reason = o.reason.as_deref().unwrap_or_default(),
+                    message = o.message.as_deref().unwrap_or_default(),
+                    "intent not applied as asked"
+                );
+            }
+            _ => tracing::debug!(
+                revision = %cursor,
+                object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
+                outcome = outcome_label(o.outcome),
+                "intent processed"
+            ),
+        }
+    }
+    if let Some(recorder) = recorder {
+        for (reference, event) in ack.objects.iter().filter_map(|o| event_for(o, &cursor)) {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "cannot publish an Event");
+            }
+        }
+    }
+    let label = document_label(ack.outcome);
+    metrics.document(label);
+    if ack.outcome == DocumentOutcome::Refused {
+        tracing::error!(
+            revision = %cursor,
+            reason = ack.reason.as_deref().unwrap_or_default(),
+            message = ack.message.as_deref().unwrap_or_default(),
+            "desired-state document refused whole; nothing applied"
+        );
+    } else {
+        tracing::info!(revision = %cursor, outcome = label, objects = ack.objects.len(), "desired state processed");
+    }
+    metrics.revision(cursor.revision);
+    ack
+}
+
+/// The metrics label of a document outcome.
+pub fn document_label(o: DocumentOutcome) -> &'static str {
+    match o {
+        DocumentOutcome::Applied => "applied",
+        DocumentOutcome::Incomplete => "incomplete",
+        DocumentOutcome::Refused => "refused",
+        DocumentOutcome::Unknown => "unknown",
     }
 }
 
@@ -481,57 +550,17 @@ impl<C: Cluster> SyncLoop<C> {
                     {
                         return Ok(outcome);
                     }
-                    let scope = &self.scope;
-                    let ack = apply_document(&self.cluster, &doc, |ns| scope.allows(ns), Timestamp::now).await;
-                    for o in &ack.objects {
-                        self.health.metrics().object(outcome_label(o.outcome));
-                        match o.outcome {
-                            ObjectOutcome::Refused | ObjectOutcome::Failed | ObjectOutcome::Conflict => {
-                                tracing::warn!(
-                                    revision = %cursor,
-                                    object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
-                                    outcome = outcome_label(o.outcome),
-                                    reason = o.reason.as_deref().unwrap_or_default(),
-                                    message = o.message.as_deref().unwrap_or_default(),
-                                    "intent not applied as asked"
-                                );
-                            }
-                            _ => tracing::debug!(
-                                revision = %cursor,
-                                object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
-                                outcome = outcome_label(o.outcome),
-                                "intent processed"
-                            ),
-                        }
-                    }
-                    if let Some(recorder) = &self.recorder {
-                        for (reference, event) in ack.objects.iter().filter_map(|o| event_for(o, &cursor)) {
-                            if let Err(e) = recorder.publish(&event, &reference).await {
-                                tracing::debug!(error = %e, "cannot publish an Event");
-                            }
-                        }
-                    }
-                    let label = match ack.outcome {
-                        DocumentOutcome::Applied => "applied",
-                        DocumentOutcome::Incomplete => "incomplete",
-                        DocumentOutcome::Refused => "refused",
-                        DocumentOutcome::Unknown => "unknown",
-                    };
-                    self.health.metrics().document(label);
-                    if ack.outcome == DocumentOutcome::Refused {
-                        tracing::error!(
-                            revision = %cursor,
-                            reason = ack.reason.as_deref().unwrap_or_default(),
-                            message = ack.message.as_deref().unwrap_or_default(),
-                            "desired-state document refused whole; nothing applied"
-                        );
-                    } else {
-                        tracing::info!(revision = %cursor, outcome = label, objects = ack.objects.len(), "desired state processed");
-                    }
+                    let ack = apply_received(
+                        &self.cluster,
+                        &self.scope,
+                        self.health.metrics(),
+                        self.recorder.as_ref(),
+                        &doc,
+                    )
+                    .await;
                     *retry_hold = (ack.outcome == DocumentOutcome::Incomplete)
                         .then(|| (cursor.clone(), tokio::time::Instant::now()));
                     ledger.record(ack);
-                    self.health.metrics().revision(cursor.revision);
                     // Deliver the acknowledgement at once.
                     outcome.more = true;
                 }

@@ -1,0 +1,377 @@
+//! The connectivity agent in push mode, end to end: the test plays Odoo and calls the
+//! agent's HTTPS endpoint (TLS with certificates generated here, a bearer token, and
+//! client certificates when the agent asks for them). A pushed document becomes an
+//! ApplicationInstance that Flux installs, its acknowledgement is pull mode's, and the
+//! status endpoint reports it ready; a wrong or missing token is refused with 401 and
+//! nothing is applied; the namespace allow-list refuses as in pull mode; with a client
+//! CA, a client without a valid certificate fails the TLS handshake. The token never
+//! shows up in the agent's logs (debug level), metrics, Events or status ConfigMap.
+//!
+//! The agent runs as its ServiceAccount with the deploy bundle's RBAC, like the other
+//! controllers of the e2e suite, and without any control-plane URL: it makes no
+//! outbound call.
+
+use std::{collections::BTreeMap, sync::Mutex};
+
+use api::ApplicationInstance;
+use e2e::{
+    TestContext,
+    agent::{AGENT_TIMEOUT, PushAgent, PushPki, api_key, push_call, start_push_agent, work_dir},
+    apps::{RELEASE_TIMEOUT, app, start_controller},
+    deploy::{SYSTEM_NAMESPACE, http_get, metric_sum},
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::{Api, api::ListParams};
+use protocol::messages::{DocumentAck, DocumentOutcome, ObjectOutcome};
+use serde_json::{Value, json};
+
+fn app_spec(values: Value) -> Value {
+    serde_json::to_value(app("x", "demo-app", "0.1.0", values).spec).expect("spec")
+}
+
+fn apply_body(revision: u64, applications: Value) -> Value {
+    json!({"protocol_version": "1.0", "document": {
+        "epoch": "odoo-e2e", "revision": revision, "applications": applications}})
+}
+
+fn token_file(ctx: &TestContext, tag: &str) -> anyhow::Result<(String, std::path::PathBuf)> {
+    let token = api_key(tag);
+    let path = work_dir(ctx)?.join(format!("push-token-{tag}"));
+    std::fs::write(&path, &token)?;
+    Ok((token, path))
+}
+
+/// Waits until the endpoint answers an authenticated full status (503 while the agent
+/// lists the CRs), and returns it.
+async fn wait_serving(
+    ctx: &TestContext,
+    client: &reqwest::Client,
+    agent: &PushAgent,
+    token: &str,
+) -> anyhow::Result<Value> {
+    e2e::eventually(ctx, "push endpoint serving", AGENT_TIMEOUT, || async {
+        Ok(
+            match push_call(client, &agent.url, "status", Some(token), &json!({"full": true})).await {
+                Ok((200, v)) => Ok(v),
+                Ok((status, v)) => Err(format!("HTTP {status}: {v}")),
+                Err(e) => Err(format!("{e:#}")),
+            },
+        )
+    })
+    .await
+}
+
+async fn status_configmap(name: &str) -> anyhow::Result<Option<Value>> {
+    let cm = Api::<ConfigMap>::namespaced(e2e::client().await?, SYSTEM_NAMESPACE)
+        .get_opt(name)
+        .await?;
+    Ok(cm
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("status.json").cloned())
+        .and_then(|s| serde_json::from_str(&s).ok()))
+}
+
+/// The token must appear nowhere the agent writes: its logs (debug level), its metrics,
+/// the namespace's Events, its status ConfigMap; nor in what it answered.
+async fn assert_token_never_leaked(
+    ctx: &TestContext,
+    token: &str,
+    agent: &PushAgent,
+    answers: &[Value],
+) -> anyhow::Result<()> {
+    let logs = agent.agent.process.logs();
+    let metrics = http_get(&agent.agent.admin_addr, "/metrics").await?;
+    let events: Vec<Event> = ctx.api::<Event>().list(&ListParams::default()).await?.items;
+    let cm = status_configmap(&agent.agent.status_configmap)
+        .await?
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    for (what, text) in [
+        ("agent log", logs.clone()),
+        ("metrics", metrics),
+        ("events", serde_json::to_string(&events)?),
+        ("status ConfigMap", cm),
+        ("answers", serde_json::to_string(answers)?),
+    ] {
+        assert!(!text.is_empty() || what == "events", "{what}: nothing to check");
+        assert!(!text.contains(token), "the push token leaked into the {what}");
+        assert!(
+            !text.contains(&token[4..20]),
+            "a part of the push token leaked into the {what}"
+        );
+    }
+    assert!(
+        logs.contains("DEBUG"),
+        "the agent logged at debug level, so the check means something"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pushed_document_becomes_a_ready_release_and_the_status_endpoint_reports_it() -> anyhow::Result<()> {
+    let ctx = TestContext::new("push-ready").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let pki = PushPki::generate(&ctx)?;
+    let (token, token_path) = token_file(&ctx, "push")?;
+    let agent = start_push_agent(&ctx, &pki, &token_path, false, "").await?;
+    let odoo = pki.client(None)?;
+    let ns = ctx.namespace.as_str();
+    let mut answers = Vec::new();
+
+    let first = wait_serving(&ctx, &odoo, &agent, &token).await?;
+    assert_eq!(first["agent"]["mode"], "push", "{first}");
+    assert_eq!(first["allowed_namespaces"], json!([ns]));
+    assert!(
+        !first["cluster"]["uid"].as_str().unwrap_or_default().is_empty(),
+        "{first}"
+    );
+    assert_eq!(first["full"], true);
+
+    let body = apply_body(
+        1,
+        json!([{"namespace": ns, "name": "wiki",
+        "spec": app_spec(json!({"greeting": "pushed"}))}]),
+    );
+    let (status, answer) = push_call(&odoo, &agent.url, "apply", Some(&token), &body).await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["protocol_version"], "1.0");
+    // Exactly the acknowledgement pull mode sends back.
+    let ack: DocumentAck = serde_json::from_value(answer.clone())?;
+    assert_eq!((ack.revision, ack.outcome), (1, DocumentOutcome::Applied));
+    let wiki = &ack.objects[0];
+    assert_eq!((wiki.name.as_str(), wiki.outcome), ("wiki", ObjectOutcome::Applied));
+    let generation = wiki.generation.expect("generation");
+    assert!(wiki.uid.is_some());
+    answers.push(answer.clone());
+
+    // Applied by the agent, under its field manager, with its label.
+    let ai = ctx.api::<ApplicationInstance>().get("wiki").await?;
+    assert_eq!(
+        ai.metadata.labels.clone().unwrap_or_default()["app.kubernetes.io/managed-by"],
+        "vworkspace-agent"
+    );
+    let managers: Vec<String> = ai
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(managers.iter().any(|m| m == "vworkspace-agent"), "{managers:?}");
+
+    // Odoo polls the changes (each is handed out once) until the release is ready.
+    let latest: Mutex<BTreeMap<String, Value>> = Mutex::default();
+    let ready = e2e::eventually(&ctx, "wiki reported ready", RELEASE_TIMEOUT, || {
+        let (odoo, url, token, latest) = (&odoo, &agent.url, &token, &latest);
+        async move {
+            let (status, v) = push_call(odoo, url, "status", Some(token), &json!({"full": false})).await?;
+            anyhow::ensure!(status == 200, "HTTP {status}: {v}");
+            let mut latest = latest.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for r in v["reports"].as_array().into_iter().flatten() {
+                let key = format!(
+                    "{}/{}",
+                    r["kind"].as_str().unwrap_or_default(),
+                    r["name"].as_str().unwrap_or_default()
+                );
+                latest.insert(key, r.clone());
+            }
+            let wiki = latest.get("ApplicationInstance/wiki").cloned();
+            Ok(match wiki {
+                Some(r) if r["state"] == "ready" && r["observed_generation"].as_i64() >= Some(generation) => Ok(r),
+                other => Err(format!("wiki: {other:?}")),
+            })
+        }
+    })
+    .await?;
+    assert_eq!(ready["deployed_chart_version"], "0.1.0");
+    assert_eq!(ready["managed_by_agent"], true);
+    assert_eq!(ready["uid"].as_str(), wiki.uid.as_deref());
+
+    // A full snapshot has it too; the same push again is acknowledged the same way.
+    let (_, full) = push_call(&odoo, &agent.url, "status", Some(&token), &json!({"full": true})).await?;
+    let reports = full["reports"].as_array().cloned().unwrap_or_default();
+    assert!(
+        reports.iter().any(|r| r["name"] == "wiki" && r["state"] == "ready"),
+        "{full}"
+    );
+    assert_eq!(full["known"], json!({"epoch": "odoo-e2e", "revision": 1}));
+    let (status, again) = push_call(&odoo, &agent.url, "apply", Some(&token), &body).await?;
+    assert_eq!(status, 200);
+    assert_eq!(again, answer, "a repeated push gets the same acknowledgement");
+    answers.extend([full, again]);
+
+    // The agent's condition: serving, in /readyz, metrics and its ConfigMap.
+    http_get(&agent.agent.admin_addr, "/readyz").await?;
+    let metrics = http_get(&agent.agent.admin_addr, "/metrics").await?;
+    assert_eq!(
+        metric_sum(&metrics, "vworkspace_agent_condition", &["reason=\"PushServing\""]),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(&metrics, "vworkspace_agent_documents_total", &["outcome=\"applied\""]),
+        1.0
+    );
+    assert!(
+        metric_sum(
+            &metrics,
+            "vworkspace_agent_push_requests_total",
+            &["endpoint=\"apply\"", "code=\"200\""]
+        ) >= 2.0
+    );
+    let cm = status_configmap(&agent.agent.status_configmap)
+        .await?
+        .expect("status ConfigMap");
+    assert_eq!(cm["condition"]["reason"], "PushServing", "{cm}");
+    assert_eq!(cm["agent"]["mode"], "push", "{cm}");
+    assert!(
+        agent.agent.process.logs().contains("push endpoint listening"),
+        "the start is on record"
+    );
+
+    assert_token_never_leaked(&ctx, &token, &agent, &answers).await
+}
+
+#[tokio::test]
+async fn push_without_valid_credentials_applies_nothing_and_the_allow_list_still_refuses() -> anyhow::Result<()> {
+    let ctx = TestContext::new("push-auth").await?;
+    let pki = PushPki::generate(&ctx)?;
+    let (token, token_path) = token_file(&ctx, "push")?;
+    let agent = start_push_agent(&ctx, &pki, &token_path, false, "").await?;
+    let odoo = pki.client(None)?;
+    let ns = ctx.namespace.as_str();
+    let apps = ctx.api::<ApplicationInstance>();
+    wait_serving(&ctx, &odoo, &agent, &token).await?;
+    let mut answers = Vec::new();
+
+    let sneaky = apply_body(
+        1,
+        json!([{"namespace": ns, "name": "sneaky", "spec": app_spec(json!({}))}]),
+    );
+    let wrong = api_key("wrong");
+    for (what, t) in [("a wrong token", Some(wrong.as_str())), ("no token", None)] {
+        let (status, err) = push_call(&odoo, &agent.url, "apply", t, &sneaky).await?;
+        assert_eq!(status, 401, "{what}: {err}");
+        assert_eq!(err["name"], "werkzeug.exceptions.Unauthorized", "{what}: {err}");
+        let (status, _) = push_call(&odoo, &agent.url, "status", t, &json!({"full": true})).await?;
+        assert_eq!(status, 401, "{what}: status too");
+        answers.push(err);
+    }
+    assert!(
+        apps.get_opt("sneaky").await?.is_none(),
+        "nothing applied without a valid token"
+    );
+
+    // Broken bodies: a JSON error, nothing applied.
+    let res = odoo
+        .post(format!("{}/json/2/vworkspace.agent/apply", agent.url))
+        .bearer_auth(&token)
+        .body("{\"document\": ")
+        .send()
+        .await?;
+    assert_eq!(res.status().as_u16(), 400);
+    let err: Value = serde_json::from_str(&res.text().await?)?;
+    assert_eq!(err["name"], "werkzeug.exceptions.BadRequest", "{err}");
+
+    // The cluster owner's allow-list, as in pull mode: a namespace and a target namespace
+    // outside it are refused in the acknowledgement, and nothing is created there.
+    let mut escape = app_spec(json!({}));
+    escape["targetNamespace"] = json!("kube-system");
+    let body = apply_body(
+        2,
+        json!([
+            {"namespace": ns, "name": "kept", "spec": app_spec(json!({}))},
+            {"namespace": "kube-system", "name": "intruder", "spec": app_spec(json!({}))},
+            {"namespace": ns, "name": "escape", "spec": escape},
+        ]),
+    );
+    let (status, ack) = push_call(&odoo, &agent.url, "apply", Some(&token), &body).await?;
+    assert_eq!(status, 200, "{ack}");
+    let outcomes: Vec<(String, String, String)> = ack["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            (
+                o["name"].as_str().unwrap_or_default().to_owned(),
+                o["outcome"].as_str().unwrap_or_default().to_owned(),
+                o["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let want = |n: &str, o: &str, r: &str| (n.to_owned(), o.to_owned(), r.to_owned());
+    assert_eq!(
+        outcomes,
+        [
+            want("kept", "applied", ""),
+            want("intruder", "refused", "NamespaceNotAllowed"),
+            want("escape", "refused", "NamespaceNotAllowed"),
+        ],
+        "{ack}"
+    );
+    answers.push(ack);
+    assert!(apps.get_opt("kept").await?.is_some());
+    assert!(apps.get_opt("escape").await?.is_none());
+    let kube_system = Api::<ApplicationInstance>::namespaced(ctx.client.clone(), "kube-system");
+    assert!(kube_system.get_opt("intruder").await?.is_none());
+
+    let metrics = http_get(&agent.agent.admin_addr, "/metrics").await?;
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "vworkspace_agent_push_requests_total",
+            &["endpoint=\"apply\"", "code=\"401\""]
+        ),
+        2.0
+    );
+    let logs = agent.agent.process.logs();
+    assert!(
+        logs.contains("invalid push token") && logs.contains("missing bearer token"),
+        "refusals are logged"
+    );
+    for t in [&token, &wrong] {
+        assert_token_never_leaked(&ctx, t, &agent, &answers).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_a_client_ca_only_clients_with_a_valid_certificate_get_through() -> anyhow::Result<()> {
+    let ctx = TestContext::new("push-mtls").await?;
+    let pki = PushPki::generate(&ctx)?;
+    let (token, token_path) = token_file(&ctx, "push")?;
+    let agent = start_push_agent(&ctx, &pki, &token_path, true, "").await?;
+    let odoo = pki.client(Some("client.pem"))?;
+    let ns = ctx.namespace.as_str();
+    let apps = ctx.api::<ApplicationInstance>();
+    wait_serving(&ctx, &odoo, &agent, &token).await?;
+
+    let body = apply_body(
+        1,
+        json!([{"namespace": ns, "name": "wiki", "spec": app_spec(json!({}))}]),
+    );
+    // No certificate, or one from another CA: the TLS handshake fails, no HTTP answer,
+    // even with the right token.
+    for (what, identity) in [
+        ("no client certificate", None),
+        ("another CA's certificate", Some("rogue.pem")),
+    ] {
+        let res = push_call(&pki.client(identity)?, &agent.url, "apply", Some(&token), &body).await;
+        let err = res.expect_err(what);
+        let chain = format!("{err:#}");
+        assert!(!chain.contains("HTTP "), "{what}: no HTTP answer: {chain}");
+    }
+    assert!(apps.get_opt("wiki").await?.is_none(), "nothing applied");
+    assert!(
+        agent.agent.process.logs().contains("TLS handshake failed"),
+        "refused handshakes are logged"
+    );
+
+    // A valid certificate does not replace the token; with both, the push is applied.
+    let (status, err) = push_call(&odoo, &agent.url, "apply", None, &body).await?;
+    assert_eq!(status, 401, "{err}");
+    let (status, ack) = push_call(&odoo, &agent.url, "apply", Some(&token), &body).await?;
+    assert_eq!(status, 200, "{ack}");
+    assert_eq!(ack["objects"][0]["outcome"], "applied", "{ack}");
+    assert!(apps.get_opt("wiki").await?.is_some());
+    assert_token_never_leaked(&ctx, &token, &agent, &[err, ack]).await
+}
