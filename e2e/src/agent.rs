@@ -4,10 +4,62 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::{Api, api::ListParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::{TestContext, cluster_dir, deploy::free_port, eventually, process::ControllerProcess};
+
+/// The `status.json` of an agent's status ConfigMap in `vworkspace-system`.
+pub async fn status_configmap(name: &str) -> anyhow::Result<Option<Value>> {
+    let cm = Api::<ConfigMap>::namespaced(crate::client().await?, crate::deploy::SYSTEM_NAMESPACE)
+        .get_opt(name)
+        .await?;
+    Ok(cm
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("status.json").cloned())
+        .and_then(|s| serde_json::from_str(&s).ok()))
+}
+
+/// `secret`, or a 16-character part of it, must appear nowhere the agent writes: its log
+/// (at debug level, HTTP and TLS libraries included, so the check means something), its
+/// metrics, the test namespace's Events and its status ConfigMap; nor in `more` (what it
+/// reported or answered).
+pub async fn assert_never_leaked(
+    ctx: &TestContext,
+    secret: &str,
+    agent: &AgentProcess,
+    more: &[(&str, String)],
+) -> anyhow::Result<()> {
+    let logs = agent.process.logs();
+    let metrics = crate::deploy::http_get(&agent.admin_addr, "/metrics").await?;
+    let events: Vec<Event> = ctx.api::<Event>().list(&ListParams::default()).await?.items;
+    let cm = status_configmap(&agent.status_configmap)
+        .await?
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    let mut places = vec![
+        ("agent log", logs.clone()),
+        ("metrics", metrics),
+        ("events", serde_json::to_string(&events)?),
+        ("status ConfigMap", cm),
+    ];
+    places.extend(more.iter().map(|(what, text)| (*what, text.clone())));
+    for (what, text) in places {
+        assert!(!text.is_empty() || what == "events", "{what}: nothing to check");
+        assert!(!text.contains(secret), "the secret leaked into the {what}");
+        assert!(
+            !text.contains(&secret[4..20]),
+            "a part of the secret leaked into the {what}"
+        );
+    }
+    assert!(
+        logs.contains("DEBUG"),
+        "the agent logged at debug level, so the check means something"
+    );
+    Ok(())
+}
 
 /// How long the agent may take to carry intent and status across (a few sync intervals).
 pub const AGENT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -295,6 +347,22 @@ pub struct AgentProcess {
     pub status_channel: String,
 }
 
+/// Starts the agent binary for the test namespace, logging at debug level everywhere
+/// (HTTP and TLS libraries included): the leak checks are only as strong as what gets
+/// logged.
+async fn spawn_agent(ctx: &TestContext, tag: &str, args: &[&str]) -> anyhow::Result<ControllerProcess> {
+    ControllerProcess::start(
+        "agent",
+        &format!("agent-{}{tag}", ctx.namespace),
+        args,
+        &[
+            ("POD_NAMESPACE", crate::deploy::SYSTEM_NAMESPACE),
+            ("RUST_LOG", "debug,tower=info,h2=info"),
+        ],
+    )
+    .await
+}
+
 /// Starts an agent for the test namespace against `sim`, with the key in `key_file`.
 pub async fn start_agent(
     ctx: &TestContext,
@@ -333,18 +401,7 @@ pub async fn start_agent(
         channel_addr.as_str(),
     ];
     args.extend_from_slice(extra);
-    let process = ControllerProcess::start(
-        "agent",
-        &format!("agent-{}{tag}", ctx.namespace),
-        &args,
-        &[
-            ("POD_NAMESPACE", crate::deploy::SYSTEM_NAMESPACE),
-            // Debug everywhere, HTTP and TLS libraries included: the leak test is only as
-            // strong as what gets logged.
-            ("RUST_LOG", "debug,tower=info,h2=info"),
-        ],
-    )
-    .await?;
+    let process = spawn_agent(ctx, tag, &args).await?;
     Ok(AgentProcess {
         process,
         admin_addr,
@@ -539,18 +596,7 @@ pub async fn start_push_agent(
     if client_ca {
         args.extend(["--push-client-ca", ca.as_str()]);
     }
-    let process = ControllerProcess::start(
-        "agent",
-        &format!("agent-{}{tag}", ctx.namespace),
-        &args,
-        &[
-            ("POD_NAMESPACE", crate::deploy::SYSTEM_NAMESPACE),
-            // Debug everywhere, HTTP and TLS libraries included: the leak test is only as
-            // strong as what gets logged.
-            ("RUST_LOG", "debug,tower=info,h2=info"),
-        ],
-    )
-    .await?;
+    let process = spawn_agent(ctx, tag, &args).await?;
     Ok(PushAgent {
         agent: AgentProcess {
             process,
