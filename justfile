@@ -66,3 +66,8 @@ bench-app *args:
 # Benchmark the runbook engine: 200 Runbook Operations across 20 apps (figures in docs/performance.md).
 bench-ops *args:
     hack/bench-ops.sh {{args}}
+
+# Benchmark the connectivity agent: status-change latency to the control plane (with and without
+# the gRPC status channel) and 1,000 simulated agents against one simulator (figures in docs/performance.md).
+bench-agent *args:
+    hack/bench-agent.sh {{args}}

@@ -1,5 +1,5 @@
-//! Shared pieces of the benchmark binaries (`bench-app`, `bench-ops`): figures are
-//! printed, never asserted.
+//! Shared pieces of the benchmark binaries (`bench-app`, `bench-ops`, `bench-agent`):
+//! figures are printed, never asserted.
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,31 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+}
+
+/// CPU time (user + system) `pid` has used so far, in seconds (`/proc/<pid>/stat`, whose
+/// clock ticks are USER_HZ, 100 per second on Linux).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields after it are plain.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// `n 120, p50 210 ms, p90 260 ms, p99 480 ms, max 520 ms` for an ascending list of
+/// milliseconds.
+pub fn describe_ms(sorted: &[f64]) -> String {
+    format!(
+        "n {}, p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        sorted.len(),
+        percentile(sorted, 0.5),
+        percentile(sorted, 0.9),
+        percentile(sorted, 0.99),
+        sorted.last().copied().unwrap_or(f64::NAN)
+    )
 }
 
 /// The `p` percentile (0..=1) of an ascending list (NaN when empty).

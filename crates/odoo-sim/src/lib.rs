@@ -13,7 +13,7 @@
 //! given, so a restarted simulator keeps its clusters, intent, acknowledgements and reports.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     path::PathBuf,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -21,8 +21,8 @@ use std::{
 
 use axum::{
     Json, Router,
-    body::Bytes,
-    extract::{Path, State},
+    body::{Bytes, HttpBody as _},
+    extract::{Path, RawQuery, State},
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post, put},
@@ -43,6 +43,91 @@ use serde_json::{Value, json};
 pub const MAX_REPORTS_PER_SYNC: usize = 500;
 /// Acknowledgements kept per cluster.
 const MAX_ACKS_KEPT: usize = 100;
+/// Entries of the report log kept per cluster (oldest dropped first).
+pub const REPORT_LOG_MAX: usize = 10_000;
+
+/// One report as it arrived, in the per-cluster report log: every report received, in
+/// order, where [`StoredReport`] keeps only the latest per object. For measurements
+/// (`just bench-agent` reads when each state of each object arrived); a real module
+/// needs no such log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReceivedReport {
+    /// Position in the cluster's log (from 1, never reused).
+    pub seq: u64,
+    /// `Kind/namespace/name`.
+    pub key: String,
+    /// The reported state.
+    pub state: ObjectState,
+    /// The reported `resource_version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    /// The reported Operation phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Whether it came as part of a full resync.
+    #[serde(default)]
+    pub resync: bool,
+    /// When the simulator received it (nanosecond precision, RFC 3339).
+    pub received_at: Timestamp,
+    /// The same instant in Unix milliseconds, for tools that do not parse RFC 3339.
+    pub received_at_ms: i64,
+}
+
+/// Traffic of one kind of JSON-2 call, as counted by the simulator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallCounters {
+    /// Calls answered.
+    pub calls: u64,
+    /// Calls answered with a non-2xx status.
+    pub errors: u64,
+    /// Request bodies (the JSON parameters), bytes.
+    pub request_body_bytes: u64,
+    /// Request line and headers as received (HTTP/1.1 framing), bytes.
+    pub request_header_bytes: u64,
+    /// Response bodies, bytes.
+    pub response_body_bytes: u64,
+    /// Status line and headers of the answers (HTTP/1.1 framing, including the
+    /// `content-length` and `date` headers the server adds), bytes.
+    pub response_header_bytes: u64,
+}
+
+impl CallCounters {
+    fn add(&mut self, ok: bool, request: (u64, u64), response: (u64, u64)) {
+        self.calls += 1;
+        self.errors += u64::from(!ok);
+        self.request_body_bytes += request.0;
+        self.request_header_bytes += request.1;
+        self.response_body_bytes += response.0;
+        self.response_header_bytes += response.1;
+    }
+}
+
+/// What the simulator counted since it started (`GET /sim/stats`): the control plane's
+/// view of the load the agents put on it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SimStats {
+    /// When counting started (the simulator's start).
+    pub since: Timestamp,
+    /// When this snapshot was taken.
+    pub now: Timestamp,
+    /// `agent_register` calls.
+    pub register: CallCounters,
+    /// `agent_sync` calls.
+    pub sync: CallCounters,
+    /// Of those, syncs at rest: no acknowledgement, no report, no resync marker, no
+    /// error streak up, no document down.
+    pub sync_at_rest: CallCounters,
+    /// Any other JSON-2 call (unknown methods or models, unauthenticated calls, faults).
+    pub other: CallCounters,
+    /// Reports received.
+    pub reports: u64,
+    /// Cluster records.
+    pub clusters: usize,
+}
+
+/// Marks an `agent_sync` answer that carried nothing either way (see [`SimStats`]).
+#[derive(Clone, Copy, Debug)]
+struct SyncAtRest;
 
 /// A stored report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -108,6 +193,13 @@ pub struct ClusterRecord {
     pub syncs: u64,
     /// The last error streak the agent reported.
     pub last_agent_error: Option<protocol::messages::AgentError>,
+    /// Every report received, oldest first, at most [`REPORT_LOG_MAX`] (not saved in the
+    /// state file).
+    #[serde(skip)]
+    pub report_log: VecDeque<ReceivedReport>,
+    /// Last `seq` of the report log.
+    #[serde(skip)]
+    pub report_log_seq: u64,
 }
 
 /// Everything persisted.
@@ -164,6 +256,7 @@ pub struct Sim {
     state: Arc<Mutex<SimState>>,
     fault: Arc<Mutex<Fault>>,
     config: Arc<SimConfig>,
+    stats: Arc<Mutex<SimStats>>,
 }
 
 /// Error of the admin API.
@@ -238,7 +331,55 @@ impl Sim {
             state: Arc::new(Mutex::new(state)),
             fault: Arc::new(Mutex::new(Fault::None)),
             config: Arc::new(config),
+            stats: Arc::new(Mutex::new(SimStats {
+                since: Timestamp::now(),
+                now: Timestamp::now(),
+                register: CallCounters::default(),
+                sync: CallCounters::default(),
+                sync_at_rest: CallCounters::default(),
+                other: CallCounters::default(),
+                reports: 0,
+                clusters: 0,
+            })),
         })
+    }
+
+    /// What the simulator counted so far.
+    pub fn stats(&self) -> SimStats {
+        let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        stats.now = Timestamp::now();
+        stats.clusters = self.lock().clusters.len();
+        stats
+    }
+
+    fn count(&self, method: &str, request: (u64, u64), response: &Response) {
+        let ok = response.status().is_success();
+        let body = response.body().size_hint().exact().unwrap_or_default();
+        let headers = response_header_bytes(response, body);
+        let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        let counters = match method {
+            protocol::METHOD_REGISTER => &mut stats.register,
+            protocol::METHOD_SYNC => &mut stats.sync,
+            _ => &mut stats.other,
+        };
+        counters.add(ok, request, (body, headers));
+        if response.extensions().get::<SyncAtRest>().is_some() {
+            stats.sync_at_rest.add(ok, request, (body, headers));
+        }
+    }
+
+    fn count_reports(&self, n: usize) {
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner).reports += n as u64;
+    }
+
+    /// The report log of a cluster: entries with `seq > after`.
+    pub fn report_log(&self, cluster: &str, after: u64) -> Result<Vec<ReceivedReport>, SimError> {
+        let s = self.lock();
+        let r = s
+            .clusters
+            .get(cluster)
+            .ok_or_else(|| SimError::NoCluster(cluster.to_owned()))?;
+        Ok(r.report_log.iter().filter(|e| e.seq > after).cloned().collect())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SimState> {
@@ -259,24 +400,37 @@ impl Sim {
 
     /// Creates a cluster record with its API key.
     pub fn add_cluster(&self, name: &str, api_key: &str) -> Result<(), SimError> {
+        self.add_clusters(&[(name.to_owned(), api_key.to_owned())]).map(|_| ())
+    }
+
+    /// Creates many cluster records with their API keys at once (one state file write):
+    /// all of them, or none when a name or key is taken, empty or repeated.
+    pub fn add_clusters(&self, clusters: &[(String, String)]) -> Result<usize, SimError> {
         let mut s = self.lock();
-        if s.clusters.contains_key(name) {
-            return Err(SimError::Conflict(format!("cluster {name:?} exists")));
+        let mut names = BTreeSet::new();
+        let mut keys = BTreeSet::new();
+        for (name, api_key) in clusters {
+            let key = api_key.trim();
+            if s.clusters.contains_key(name) || !names.insert(name.as_str()) {
+                return Err(SimError::Conflict(format!("cluster {name:?} exists")));
+            }
+            if key.is_empty() || s.keys.contains_key(key) || !keys.insert(key) {
+                return Err(SimError::Conflict("API key empty or already in use".into()));
+            }
         }
-        if api_key.trim().is_empty() || s.keys.contains_key(api_key) {
-            return Err(SimError::Conflict("API key empty or already in use".into()));
+        for (name, api_key) in clusters {
+            s.next_id += 1;
+            let record = ClusterRecord {
+                id: s.next_id,
+                name: name.clone(),
+                epoch: new_epoch(),
+                ..Default::default()
+            };
+            s.clusters.insert(name.clone(), record);
+            s.keys.insert(api_key.trim().to_owned(), name.clone());
         }
-        s.next_id += 1;
-        let record = ClusterRecord {
-            id: s.next_id,
-            name: name.to_owned(),
-            epoch: new_epoch(),
-            ..Default::default()
-        };
-        s.clusters.insert(name.to_owned(), record);
-        s.keys.insert(api_key.trim().to_owned(), name.to_owned());
         self.save(&s);
-        Ok(())
+        Ok(clusters.len())
     }
 
     /// Changes a cluster's intent (and bumps its revision).
@@ -384,6 +538,7 @@ impl Sim {
             );
             return odoo_error(StatusCode::UNPROCESSABLE_ENTITY, names::INVALID_PARAMS, &message);
         }
+        let acks_received = params.acks.len();
         for ack in params.acks {
             record
                 .acks
@@ -399,11 +554,26 @@ impl Sim {
             record.resync.seen.clear();
             record.resync.completed_at = None;
         }
+        let reports_received = params.reports.len();
         for report in params.reports {
             let key = report_key(report.kind, &report.namespace, &report.name);
             if params.resync.is_some() {
                 record.resync.seen.insert(key.clone());
             }
+            record.report_log_seq += 1;
+            if record.report_log.len() >= REPORT_LOG_MAX {
+                record.report_log.pop_front();
+            }
+            record.report_log.push_back(ReceivedReport {
+                seq: record.report_log_seq,
+                key: key.clone(),
+                state: report.state,
+                resource_version: report.resource_version.clone(),
+                phase: report.phase.clone(),
+                resync: params.resync.is_some(),
+                received_at: now,
+                received_at_ms: now.as_millisecond(),
+            });
             record.reports.insert(
                 key,
                 StoredReport {
@@ -426,6 +596,8 @@ impl Sim {
             record.resync.completed_at = Some(now);
             record.resync.completed += 1;
         }
+        let carried_nothing_up =
+            reports_received == 0 && acks_received == 0 && params.resync.is_none() && params.last_error.is_none();
         if params.last_error.is_some() {
             record.last_agent_error = params.last_error;
         }
@@ -448,11 +620,18 @@ impl Sim {
             next_sync_seconds: None,
         })
         .unwrap_or_default();
+        let at_rest = carried_nothing_up && desired.is_none();
         if let Some(d) = desired {
             // Raw documents may deliberately not parse as a DesiredState.
             result["desired"] = d;
         }
-        json_ok(&result)
+        drop(s);
+        self.count_reports(reports_received);
+        let mut response = json_ok(&result);
+        if at_rest {
+            response.extensions_mut().insert(SyncAtRest);
+        }
+        response
     }
 
     async fn json2(&self, model: &str, method: &str, headers: &HeaderMap, body: &Bytes) -> Response {
@@ -689,7 +868,34 @@ async fn json2_handler(
 ) -> Response {
     let response = sim.json2(&model, &method, &headers, &body).await;
     tracing::info!(%model, %method, status = response.status().as_u16(), "json-2 call");
+    let request_line = format!("POST {} HTTP/1.1\r\n", protocol::json2_path(&model, &method)).len();
+    let request = (body.len() as u64, (request_line + header_bytes(&headers)) as u64);
+    sim.count(if model == MODEL { &method } else { "" }, request, &response);
     response
+}
+
+/// Bytes of HTTP/1.1 header lines (`name: value\r\n` each, and the blank line).
+fn header_bytes(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum::<usize>()
+        + 2
+}
+
+/// Status line and headers of an answer as hyper writes it: the response's own headers
+/// plus the `content-length` and `date` it adds.
+fn response_header_bytes(response: &Response, body: u64) -> u64 {
+    let reason = response.status().canonical_reason().unwrap_or_default();
+    let status_line = format!("HTTP/1.1 {} {reason}\r\n", response.status().as_u16()).len();
+    let mut bytes = status_line + header_bytes(response.headers());
+    if !response.headers().contains_key(header::CONTENT_LENGTH) {
+        bytes += format!("content-length: {body}\r\n").len();
+    }
+    if !response.headers().contains_key(header::DATE) {
+        bytes += "date: Sat, 21 Nov 2026 10:00:00 GMT\r\n".len();
+    }
+    bytes as u64
 }
 
 async fn json2_other() -> Response {
@@ -706,9 +912,48 @@ struct NewCluster {
     api_key: String,
 }
 
-async fn add_cluster(State(sim): State<Sim>, Json(c): Json<NewCluster>) -> Result<Response, SimError> {
-    sim.add_cluster(&c.name, &c.api_key)?;
-    Ok((StatusCode::CREATED, Json(json!({"name": c.name}))).into_response())
+/// One record (`{"name", "api_key"}`), or many at once (an array of them).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NewClusters {
+    One(NewCluster),
+    Many(Vec<NewCluster>),
+}
+
+async fn add_cluster(State(sim): State<Sim>, Json(c): Json<NewClusters>) -> Result<Response, SimError> {
+    match c {
+        NewClusters::One(c) => {
+            sim.add_cluster(&c.name, &c.api_key)?;
+            Ok((StatusCode::CREATED, Json(json!({"name": c.name}))).into_response())
+        }
+        NewClusters::Many(list) => {
+            let pairs: Vec<(String, String)> = list.into_iter().map(|c| (c.name, c.api_key)).collect();
+            let created = sim.add_clusters(&pairs)?;
+            Ok((StatusCode::CREATED, Json(json!({"created": created}))).into_response())
+        }
+    }
+}
+
+async fn get_stats(State(sim): State<Sim>) -> Json<SimStats> {
+    Json(sim.stats())
+}
+
+async fn get_report_log(
+    State(sim): State<Sim>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Value>, SimError> {
+    let after = match query
+        .as_deref()
+        .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("after=")))
+    {
+        Some(n) => n
+            .parse()
+            .map_err(|_| SimError::BadRequest(format!("after={n}: expected a number")))?,
+        None => 0,
+    };
+    let entries = sim.report_log(&name, after)?;
+    Ok(Json(json!({"cluster": name, "entries": entries})))
 }
 
 async fn list_clusters(State(sim): State<Sim>) -> Json<Value> {
@@ -858,8 +1103,10 @@ async fn put_fault(State(sim): State<Sim>, Json(fault): Json<Fault>) -> Json<Val
 /// |---|---|
 /// | `POST /json/2/{model}/{method}` | the protocol (JSON-2) |
 /// | `GET /sim/health` | `ok` |
-/// | `POST /sim/clusters` `{"name", "api_key"}` | create a cluster record and its API key |
+/// | `POST /sim/clusters` `{"name", "api_key"}` (or an array of them) | create cluster records and their API keys |
 /// | `GET /sim/clusters`, `GET /sim/clusters/{name}` | records; one record with reports, acks and a per-object summary |
+/// | `GET /sim/clusters/{name}/report-log[?after=SEQ]` | every report received, in order, with its receive time ([`ReceivedReport`]) |
+/// | `GET /sim/stats` | calls, errors and bytes counted per method, syncs at rest ([`SimStats`]) |
 /// | `PUT /sim/clusters/{name}/applications/{ns}/{app}` (spec) | desired ApplicationInstance |
 /// | `DELETE /sim/clusters/{name}/applications/{ns}/{app}` | remove it and add a deletion intent |
 /// | `PUT /sim/clusters/{name}/operations/{ns}/{op}` (spec) | desired Operation |
@@ -874,6 +1121,8 @@ pub fn router(sim: Sim) -> Router {
         .route("/sim/health", get(|| async { "ok" }))
         .route("/sim/clusters", post(add_cluster).get(list_clusters))
         .route("/sim/clusters/{name}", get(get_cluster))
+        .route("/sim/clusters/{name}/report-log", get(get_report_log))
+        .route("/sim/stats", get(get_stats))
         .route(
             "/sim/clusters/{name}/applications/{ns}/{app}",
             put(put_application).delete(delete_application),

@@ -57,6 +57,15 @@ enum Command {
     },
     /// Show a cluster record: intent, acknowledgements, reports, per-object summary.
     Show { cluster: String },
+    /// Show every report a cluster's agent sent, in order, with its receive time.
+    ReportLog {
+        cluster: String,
+        /// Only entries after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+    },
+    /// Show the calls, errors and bytes the simulator counted (per method, syncs at rest).
+    Stats,
     /// Set a desired ApplicationInstance from a JSON spec file (`-` for stdin).
     SetApp {
         cluster: String,
@@ -165,6 +174,11 @@ async fn main() -> anyhow::Result<()> {
             .await
         }
         Command::Show { cluster } => admin(&cli.url, Method::GET, &format!("/sim/clusters/{cluster}"), None).await,
+        Command::ReportLog { cluster, after } => {
+            let path = format!("/sim/clusters/{cluster}/report-log?after={after}");
+            admin(&cli.url, Method::GET, &path, None).await
+        }
+        Command::Stats => admin(&cli.url, Method::GET, "/sim/stats", None).await,
         Command::SetApp {
             cluster,
             namespace,

@@ -315,3 +315,221 @@ async fn state_survives_a_restart_through_the_state_file() {
     assert!(text.contains("uid-1"));
     let _ = std::fs::remove_file(&path);
 }
+
+#[tokio::test]
+async fn many_clusters_are_created_at_once_or_not_at_all() {
+    let sim = sim();
+    let many: Vec<Value> = (0..3)
+        .map(|i| json!({"name": format!("fleet-{i}"), "api_key": format!("{KEY}-{i}")}))
+        .collect();
+    let (s, body) = call(&sim, "POST", "/sim/clusters", None, json!(many)).await;
+    assert_eq!((s, body["created"].as_u64()), (201, Some(3)), "{body}");
+    let (_, list) = call(&sim, "GET", "/sim/clusters", None, Value::Null).await;
+    assert_eq!(list.as_array().map(Vec::len), Some(4));
+    // Each key authenticates its own record.
+    let (s, body) = call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_register",
+        Some(&format!("{KEY}-2")),
+        register_params("uid-f2"),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(sim.view("fleet-2").unwrap()["uid"], "uid-f2");
+
+    // A repeated key (or a taken name) refuses the whole batch.
+    let clash =
+        json!([{"name": "fleet-a", "api_key": "k-a-0123456789"}, {"name": "fleet-b", "api_key": "k-a-0123456789"}]);
+    let (s, _) = call(&sim, "POST", "/sim/clusters", None, clash).await;
+    assert_eq!(s, 409);
+    let taken =
+        json!([{"name": "fleet-c", "api_key": "k-c-0123456789"}, {"name": "fleet-0", "api_key": "k-d-0123456789"}]);
+    let (s, _) = call(&sim, "POST", "/sim/clusters", None, taken).await;
+    assert_eq!(s, 409);
+    assert!(
+        sim.view("fleet-a").is_err() && sim.view("fleet-c").is_err(),
+        "nothing of a refused batch is created"
+    );
+    // The single form still works.
+    let (s, body) = call(
+        &sim,
+        "POST",
+        "/sim/clusters",
+        None,
+        json!({"name": "solo", "api_key": "k-solo-0123456789"}),
+    )
+    .await;
+    assert_eq!((s, body["name"].as_str()), (201, Some("solo")));
+}
+
+fn op_report(name: &str, state: &str, rv: &str) -> Value {
+    json!({"kind": "Operation", "namespace": "team-a", "name": name, "uid": format!("u-{name}"),
+        "state": state, "resource_version": rv, "phase": "Running", "observed_at": "2026-11-21T10:00:01Z"})
+}
+
+#[tokio::test]
+async fn every_report_is_logged_in_order_with_its_receive_time() {
+    let sim = sim();
+    call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_register",
+        Some(KEY),
+        register_params("uid-1"),
+    )
+    .await;
+    let before = Timestamp::now();
+    let mut params = sync_params(Value::Null);
+    params["reports"] = json!([op_report("b1", "pending", "10"), op_report("b2", "pending", "11")]);
+    params["resync"] = json!({"id": "r1", "batch": 0, "last_batch": true});
+    call(&sim, "POST", "/json/2/vworkspace.cluster/agent_sync", Some(KEY), params).await;
+    let mut params = sync_params(Value::Null);
+    params["reports"] = json!([op_report("b1", "running", "12")]);
+    call(&sim, "POST", "/json/2/vworkspace.cluster/agent_sync", Some(KEY), params).await;
+
+    let (s, body) = call(&sim, "GET", "/sim/clusters/edge-1/report-log", None, Value::Null).await;
+    assert_eq!(s, 200);
+    let log: Vec<ReceivedReport> = serde_json::from_value(body["entries"].clone()).unwrap();
+    assert_eq!(
+        log.iter()
+            .map(|e| (e.seq, e.key.as_str(), e.state, e.resync))
+            .collect::<Vec<_>>(),
+        [
+            (1, "Operation/team-a/b1", ObjectState::Pending, true),
+            (2, "Operation/team-a/b2", ObjectState::Pending, true),
+            (3, "Operation/team-a/b1", ObjectState::Running, false),
+        ]
+    );
+    assert_eq!(log[2].resource_version.as_deref(), Some("12"));
+    assert!(log[0].received_at >= before && log[2].received_at >= log[0].received_at);
+    assert_eq!(log[2].received_at_ms, log[2].received_at.as_millisecond());
+    // The latest report per object is still what the view shows.
+    assert_eq!(
+        sim.view("edge-1").unwrap()["reports"]["Operation/team-a/b1"]["report"]["state"],
+        "running"
+    );
+
+    let (_, body) = call(
+        &sim,
+        "GET",
+        "/sim/clusters/edge-1/report-log?after=2",
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(body["entries"].as_array().map(Vec::len), Some(1));
+    assert_eq!(body["entries"][0]["seq"], 3);
+    let (s, _) = call(
+        &sim,
+        "GET",
+        "/sim/clusters/edge-1/report-log?after=x",
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(s, 400);
+    let (s, _) = call(&sim, "GET", "/sim/clusters/nope/report-log", None, Value::Null).await;
+    assert_eq!(s, 404);
+}
+
+#[tokio::test]
+async fn the_log_keeps_the_latest_entries_only() {
+    let sim = sim();
+    call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_register",
+        Some(KEY),
+        register_params("uid-1"),
+    )
+    .await;
+    let reports: Vec<Value> = (0..MAX_REPORTS_PER_SYNC)
+        .map(|i| op_report(&format!("o{i}"), "pending", "1"))
+        .collect();
+    let rounds = REPORT_LOG_MAX / MAX_REPORTS_PER_SYNC + 1;
+    for _ in 0..rounds {
+        let mut params = sync_params(Value::Null);
+        params["reports"] = json!(reports);
+        call(&sim, "POST", "/json/2/vworkspace.cluster/agent_sync", Some(KEY), params).await;
+    }
+    let log = sim.report_log("edge-1", 0).unwrap();
+    assert_eq!(log.len(), REPORT_LOG_MAX);
+    assert_eq!(log.last().map(|e| e.seq), Some((rounds * MAX_REPORTS_PER_SYNC) as u64));
+    assert_eq!(log[0].seq, (rounds * MAX_REPORTS_PER_SYNC - REPORT_LOG_MAX + 1) as u64);
+}
+
+#[tokio::test]
+async fn calls_and_bytes_are_counted_and_syncs_at_rest_told_apart() {
+    let sim = sim();
+    let register = register_params("uid-1");
+    let register_len = register.to_string().len() as u64;
+    call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_register",
+        Some(KEY),
+        register,
+    )
+    .await;
+    // With a report: not at rest.
+    let mut params = sync_params(Value::Null);
+    params["reports"] = json!([op_report("b1", "pending", "10")]);
+    call(&sim, "POST", "/json/2/vworkspace.cluster/agent_sync", Some(KEY), params).await;
+    // Nothing either way: at rest.
+    let rest = sync_params(Value::Null);
+    let rest_len = rest.to_string().len() as u64;
+    call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_sync",
+        Some(KEY),
+        rest.clone(),
+    )
+    .await;
+    // A document going down is not at rest.
+    let spec = json!({"chart": {"name": "wiki", "repository": {"url": "https://charts.example.com"}}});
+    call(&sim, "PUT", "/sim/clusters/edge-1/applications/team-a/wiki", None, spec).await;
+    call(&sim, "POST", "/json/2/vworkspace.cluster/agent_sync", Some(KEY), rest).await;
+    // Errors are counted too.
+    call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_sync",
+        Some("wrong-key"),
+        sync_params(Value::Null),
+    )
+    .await;
+    call(&sim, "POST", "/json/2/res.partner/search", Some(KEY), json!({})).await;
+
+    let (s, body) = call(&sim, "GET", "/sim/stats", None, Value::Null).await;
+    assert_eq!(s, 200);
+    let stats: SimStats = serde_json::from_value(body).unwrap();
+    assert_eq!((stats.register.calls, stats.register.errors), (1, 0));
+    assert_eq!(stats.register.request_body_bytes, register_len);
+    assert_eq!((stats.sync.calls, stats.sync.errors), (4, 1));
+    assert_eq!((stats.sync_at_rest.calls, stats.sync_at_rest.errors), (1, 0));
+    assert_eq!(stats.sync_at_rest.request_body_bytes, rest_len);
+    let answer = serde_json::to_string(&SyncResult {
+        protocol_version: PROTOCOL_VERSION,
+        server_time: Timestamp::now(),
+        desired: None,
+        resync_requested: false,
+        next_sync_seconds: None,
+    })
+    .unwrap();
+    // The server time's fraction of a second may be shorter; nothing else varies.
+    let diff = stats.sync_at_rest.response_body_bytes.abs_diff(answer.len() as u64);
+    assert!(
+        diff <= 9,
+        "{} vs {}",
+        stats.sync_at_rest.response_body_bytes,
+        answer.len()
+    );
+    assert!(stats.sync.response_body_bytes > 4 * stats.sync_at_rest.response_body_bytes / 2);
+    // Headers: the request line, authorization, content-type, ...; the status line, content-type, length, date.
+    assert!(stats.sync_at_rest.request_header_bytes > 100, "{stats:?}");
+    assert!(stats.sync_at_rest.response_header_bytes > 80, "{stats:?}");
+    assert_eq!((stats.other.calls, stats.other.errors), (1, 1));
+    assert_eq!((stats.reports, stats.clusters), (1, 1));
+}
