@@ -86,6 +86,15 @@ pub struct StatusCache {
 /// A report taken for sending, with the version to confirm on delivery.
 pub type Taken = (ObjectKey, u64, ObjectReport);
 
+/// `new` is an older state of the same object than `known`: a status-channel hint's GET
+/// and the watch race, and a late event must not put back a state Odoo already left.
+/// resourceVersions are compared as numbers only when both are (an etcd-backed API server
+/// hands out increasing integers); anything else is taken as newer.
+fn older(new: &ObjectReport, known: &ObjectReport) -> bool {
+    let number = |r: &ObjectReport| r.resource_version.as_deref()?.parse::<u64>().ok();
+    new.uid == known.uid && matches!((number(new), number(known)), (Some(n), Some(k)) if n < k)
+}
+
 impl StatusCache {
     fn bump(&mut self) -> u64 {
         self.counter += 1;
@@ -96,7 +105,7 @@ impl StatusCache {
     pub fn upsert(&mut self, report: ObjectReport) -> bool {
         let key = report.key();
         if let Some(e) = self.entries.get(&key)
-            && same_content(&e.report, &report)
+            && (same_content(&e.report, &report) || older(&report, &e.report))
         {
             return false;
         }
@@ -482,6 +491,22 @@ mod tests {
         r.state = state;
         r.resource_version = Some(rv.into());
         r
+    }
+
+    #[test]
+    fn a_late_older_state_does_not_replace_a_newer_one() {
+        let mut c = StatusCache::default();
+        assert!(c.upsert(report("a", ObjectState::Ready, "20")));
+        assert!(!c.upsert(report("a", ObjectState::Progressing, "19")), "older");
+        assert_eq!(c.resource_version(&k("a")), Some("20"));
+        assert!(c.upsert(report("a", ObjectState::Failed, "21")), "newer");
+        let mut recreated = report("a", ObjectState::Progressing, "5");
+        recreated.uid = Some("uid-other".into());
+        assert!(c.upsert(recreated), "another object under the same name");
+        assert!(
+            c.upsert(report("a", ObjectState::Ready, "opaque")),
+            "not comparable: taken"
+        );
     }
 
     fn k(name: &str) -> ObjectKey {
