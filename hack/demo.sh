@@ -17,6 +17,8 @@ in_ns() { "$HACK_DIR/cluster.sh" exec "$@"; }
 SIM_URL=http://127.0.0.1:18069
 CHANNEL=127.0.0.1:19091
 CLUSTER_NAME=demo
+# Confined to the demo namespace, so the demo can keep running beside `just e2e`.
+DEMO_SCOPE="--watch-namespace demo --allowed-namespaces demo"
 
 log "building the app controller, the runbook engine, the agent and odoo-sim"
 cargo build --quiet -p app-controller -p engines --bin runbook-engine -p agent -p odoo-sim
@@ -45,12 +47,12 @@ start odoo-sim "$SIM_URL/sim/health" "$REPO_ROOT/target/debug/odoo-sim" serve --
   --state-file "$CLUSTER_DIR/demo/sim-state.json" --cluster "$CLUSTER_NAME" --api-key-file "$key_file"
 start agent http://127.0.0.1:18092/livez "$REPO_ROOT/target/debug/agent" \
   --control-plane-url "$SIM_URL" --insecure-allow-http --api-key-file "$key_file" \
-  --cluster-name "$CLUSTER_NAME" --allowed-namespaces demo --admin-addr 127.0.0.1:18092 \
+  --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr 127.0.0.1:18092 \
   --status-channel-addr "$CHANNEL" --sync-interval 5s   # new intent is pulled at the next sync (default 30s)
 start app-controller http://127.0.0.1:18090/readyz "$REPO_ROOT/target/debug/app-controller" \
-  --admin-addr 127.0.0.1:18090 --status-channel-endpoint "http://$CHANNEL"
+  $DEMO_SCOPE --admin-addr 127.0.0.1:18090 --status-channel-endpoint "http://$CHANNEL"
 start runbook-engine http://127.0.0.1:18091/readyz "$REPO_ROOT/target/debug/runbook-engine" \
-  --admin-addr 127.0.0.1:18091 --status-channel-endpoint "http://$CHANNEL"
+  $DEMO_SCOPE --admin-addr 127.0.0.1:18091 --status-channel-endpoint "http://$CHANNEL"
 
 # The namespace is the cluster owner's: the agent applies only inside its allow-list.
 kubectl_ create namespace demo --dry-run=client -o yaml | kubectl_ apply --server-side --field-manager=vws-demo -f - >/dev/null
