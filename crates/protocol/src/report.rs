@@ -73,14 +73,23 @@ pub fn application_state(app: &ApplicationInstance) -> ObjectState {
     if status.observed_generation.is_none() || status.observed_generation != app.metadata.generation {
         return ObjectState::Progressing;
     }
-    match status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == conditions::types::READY)
-        .map(|c| c.status.as_str())
-    {
-        Some("True") => ObjectState::Ready,
-        Some("False") => ObjectState::NotReady,
+    let condition = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.as_str())
+    };
+    // kstatus, as Flux writes it: Stalled=True is a failure; Ready=False while
+    // Reconciling=True is work in progress (helm-controller says SourceNotReady while the
+    // chart is still being fetched), not a failure, unless the source itself failed.
+    let failed = condition(conditions::types::STALLED) == Some("True")
+        || condition(conditions::types::SOURCE_READY) == Some("False");
+    match (condition(conditions::types::READY), failed) {
+        (Some("True"), _) => ObjectState::Ready,
+        (_, true) => ObjectState::NotReady,
+        _ if condition(conditions::types::RECONCILING) == Some("True") => ObjectState::Progressing,
+        (Some("False"), _) => ObjectState::NotReady,
         _ => ObjectState::Progressing,
     }
 }
@@ -202,6 +211,25 @@ mod tests {
         assert_eq!(
             application_state(&app(2, Some(2), Some("Unknown"))),
             ObjectState::Progressing
+        );
+        let with = |ready: &str, extra: &[(&str, &str)]| {
+            let mut a = app(2, Some(2), Some(ready));
+            let st = a.status.as_mut().unwrap();
+            st.conditions.extend(extra.iter().map(|(t, v)| cond(t, v)));
+            application_state(&a)
+        };
+        assert_eq!(with("False", &[("Reconciling", "True")]), ObjectState::Progressing);
+        assert_eq!(
+            with("False", &[("Reconciling", "True"), ("Stalled", "True")]),
+            ObjectState::NotReady
+        );
+        assert_eq!(with("Unknown", &[("Stalled", "True")]), ObjectState::NotReady);
+        assert_eq!(with("False", &[("Reconciling", "False")]), ObjectState::NotReady);
+        assert_eq!(with("True", &[("Reconciling", "True")]), ObjectState::Ready);
+        assert_eq!(
+            with("False", &[("Reconciling", "True"), ("SourceReady", "False")]),
+            ObjectState::NotReady,
+            "a failing source is not progress"
         );
         let mut s = app(2, Some(2), Some("True"));
         s.spec.suspend = true;
