@@ -526,10 +526,34 @@ impl PushPki {
         self.dir.join(name).to_string_lossy().into_owned()
     }
 
+    /// Renews the server certificate, from a new CA, the way a Secret volume changes:
+    /// each file replaced atomically (so for a moment the key and certificate do not
+    /// match), then `server-ca.pem`.
+    pub fn renew_server(&self) -> anyhow::Result<()> {
+        let (ca, ca_pem) = test_ca("vworkspace e2e push server CA, renewed")?;
+        let (cert, key) = test_leaf(
+            &ca,
+            &["127.0.0.1", "localhost"],
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        )?;
+        for (name, text) in [("server-key.pem", key), ("server.pem", cert), ("server-ca.pem", ca_pem)] {
+            let aside = self.dir.join(format!(".{name}.new"));
+            std::fs::write(&aside, text)?;
+            std::fs::rename(&aside, self.dir.join(name))?;
+        }
+        Ok(())
+    }
+
     /// An HTTPS client trusting only the server CA, presenting `identity` (`client.pem`,
-    /// `rogue.pem`) when given: what Odoo would use.
+    /// `rogue.pem`) when given: what Odoo would use. Each client has its own connection
+    /// pool.
     pub fn client(&self, identity: Option<&str>) -> anyhow::Result<reqwest::Client> {
-        let ca = std::fs::read(self.dir.join("server-ca.pem"))?;
+        self.client_trusting("server-ca.pem", identity)
+    }
+
+    /// As [`Self::client`], trusting the CA in `ca_file` instead.
+    pub fn client_trusting(&self, ca_file: &str, identity: Option<&str>) -> anyhow::Result<reqwest::Client> {
+        let ca = std::fs::read(self.dir.join(ca_file))?;
         let mut builder = reqwest::Client::builder()
             .tls_built_in_root_certs(false)
             .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)

@@ -4,7 +4,8 @@
 //! ApplicationInstance that Flux installs, its acknowledgement is pull mode's, and the
 //! status endpoint reports it ready; a wrong or missing token is refused with 401 and
 //! nothing is applied; the namespace allow-list refuses as in pull mode; with a client
-//! CA, a client without a valid certificate fails the TLS handshake. The token never
+//! CA, a client without a valid certificate fails the TLS handshake; a server certificate
+//! renewed on disk is served without a restart. The token never
 //! shows up in the agent's logs (debug level), metrics, Events or status ConfigMap.
 //!
 //! The agent runs as its ServiceAccount with the deploy bundle's RBAC, like the other
@@ -335,6 +336,33 @@ async fn with_a_client_ca_only_clients_with_a_valid_certificate_get_through() ->
     assert_eq!(status, 200, "{ack}");
     assert_eq!(ack["objects"][0]["outcome"], "applied", "{ack}");
     assert!(apps.get_opt("wiki").await?.is_some());
+
+    // The server certificate is renewed in place (as cert-manager renews a Secret): the
+    // running agent serves the new one to new connections, and a client that trusts
+    // only the old CA can no longer connect.
+    std::fs::copy(pki.dir.join("server-ca.pem"), pki.dir.join("old-server-ca.pem"))?;
+    pki.renew_server()?;
+    let status = json!({"full": false});
+    e2e::eventually(&ctx, "renewed certificate served", AGENT_TIMEOUT, || async {
+        let renewed = pki.client(Some("client.pem"))?;
+        Ok(
+            match push_call(&renewed, &agent.url, "status", Some(&token), &status).await {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+    })
+    .await?;
+    let old = pki.client_trusting("old-server-ca.pem", Some("client.pem"))?;
+    let refused = push_call(&old, &agent.url, "status", Some(&token), &status).await;
+    assert!(
+        refused.is_err(),
+        "the old CA no longer verifies the endpoint: {refused:?}"
+    );
+    assert!(
+        agent.agent.process.logs().contains("TLS files changed"),
+        "the reload is logged"
+    );
     assert_never_leaked(
         &ctx,
         &token,

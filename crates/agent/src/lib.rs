@@ -133,10 +133,11 @@ fn pull_setup(args: &AgentArgs, own_namespace: &str) -> anyhow::Result<(ControlP
 
 async fn push_setup(args: &AgentArgs, own_namespace: &str) -> anyhow::Result<PushSetup> {
     let tls = match (&args.push_tls_cert, &args.push_tls_key) {
-        (Some(cert), Some(key)) => Some(
-            push::tls_config(cert, key, args.push_client_ca.as_deref())
-                .context("configuring the push endpoint's TLS")?,
-        ),
+        (Some(cert), Some(key)) => Some(push::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.push_client_ca.clone(),
+        }),
         _ => {
             tracing::warn!(
                 addr = %args.push_addr,
@@ -157,7 +158,9 @@ async fn push_setup(args: &AgentArgs, own_namespace: &str) -> anyhow::Result<Pus
     if args.control_plane_url.is_some() {
         tracing::info!("--control-plane-url is ignored in push mode: the agent makes no outbound call");
     }
-    let server = PushServer::bind(args.push_addr, tls).await?;
+    let server = PushServer::bind(args.push_addr, tls)
+        .await
+        .context("setting up the push endpoint")?;
     Ok(PushSetup {
         server,
         token,

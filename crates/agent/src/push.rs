@@ -22,7 +22,7 @@
 
 use std::{
     net::SocketAddr,
-    path::Path,
+    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -86,6 +86,8 @@ pub const TOKEN_TTL: Duration = Duration::from_secs(30);
 /// is picked up at once, and a flood of wrong tokens costs at most one read (a Secret
 /// GET) per this delay.
 pub const TOKEN_MIN_RELOAD: Duration = Duration::from_secs(2);
+/// How often the TLS certificate, key and client CA files are re-read.
+pub const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// A TLS handshake must complete within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Request headers must arrive within this (no slow-loris connections held open).
@@ -779,9 +781,8 @@ fn pem_error(what: &'static str, path: &Path, e: impl std::fmt::Display) -> Push
     }
 }
 
-fn read_certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, PushError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| pem_error(what, path, e))?
+fn parse_certs(what: &'static str, path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, PushError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(what, path, e))?;
     if certs.is_empty() {
@@ -790,51 +791,174 @@ fn read_certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'sta
     Ok(certs)
 }
 
-/// The server's TLS configuration: its certificate and key, and, with `client_ca`, client
-/// certificates required and verified against it (WebPKI rules). TLS 1.2 and 1.3 on ring.
-pub fn tls_config(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, PushError> {
-    let certs = read_certs("TLS certificate", cert)?;
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| pem_error("TLS key", key, e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| PushError::Tls(e.to_string()))?;
-    let builder = match client_ca {
-        Some(path) => {
-            let mut roots = RootCertStore::empty();
-            for ca in read_certs("client CA", path)? {
-                roots.add(ca).map_err(|e| pem_error("client CA", path, e))?;
+/// The files of the endpoint's TLS configuration. They are re-read while serving (every
+/// [`TLS_RELOAD_INTERVAL`]), so a renewed certificate (cert-manager, a rotated Secret
+/// volume) or a changed client CA takes effect without a restart.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key of the leaf.
+    pub key: PathBuf,
+    /// PEM CAs a client certificate must chain to; `None`: no client certificate asked.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The bytes of [`TlsFiles`], read once so that what is digested is what is parsed.
+#[derive(PartialEq, Eq)]
+struct TlsPem {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+impl TlsFiles {
+    async fn read(&self) -> Result<TlsPem, PushError> {
+        let read = |what: &'static str, path: PathBuf| async move {
+            tokio::fs::read(&path).await.map_err(|e| pem_error(what, &path, e))
+        };
+        Ok(TlsPem {
+            cert: read("TLS certificate", self.cert.clone()).await?,
+            key: read("TLS key", self.key.clone()).await?,
+            client_ca: match &self.client_ca {
+                Some(path) => Some(read("client CA", path.clone()).await?),
+                None => None,
+            },
+        })
+    }
+
+    /// The server's TLS configuration these files hold now: the certificate and key, and,
+    /// with a client CA, client certificates required and verified against it (WebPKI
+    /// rules). TLS 1.2 and 1.3 on ring. A key that does not match the certificate is an
+    /// error (rustls compares their public keys).
+    pub async fn load(&self) -> Result<Arc<ServerConfig>, PushError> {
+        self.build(&self.read().await?)
+    }
+
+    fn build(&self, pem: &TlsPem) -> Result<Arc<ServerConfig>, PushError> {
+        let certs = parse_certs("TLS certificate", &self.cert, &pem.cert)?;
+        let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| pem_error("TLS key", &self.key, e))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| PushError::Tls(e.to_string()))?;
+        let builder = match (&self.client_ca, &pem.client_ca) {
+            (Some(path), Some(ca_pem)) => {
+                let mut roots = RootCertStore::empty();
+                for ca in parse_certs("client CA", path, ca_pem)? {
+                    roots.add(ca).map_err(|e| pem_error("client CA", path, e))?;
+                }
+                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .build()
+                    .map_err(|e| PushError::Tls(format!("client CA {}: {e}", path.display())))?;
+                builder.with_client_cert_verifier(verifier)
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| PushError::Tls(format!("client CA {}: {e}", path.display())))?;
-            builder.with_client_cert_verifier(verifier)
+            _ => builder.with_no_client_auth(),
+        };
+        let mut config = builder
+            .with_single_cert(certs, key)
+            .map_err(|e| PushError::Tls(e.to_string()))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// The TLS configuration in use, and the files' bytes it was built from.
+struct ReloadingTls {
+    files: TlsFiles,
+    current: std::sync::RwLock<(TlsAcceptor, TlsPem)>,
+}
+
+impl ReloadingTls {
+    async fn load(files: TlsFiles) -> Result<Self, PushError> {
+        let pem = files.read().await?;
+        let config = files.build(&pem)?;
+        Ok(Self {
+            files,
+            current: std::sync::RwLock::new((TlsAcceptor::from(config), pem)),
+        })
+    }
+
+    fn acceptor(&self) -> TlsAcceptor {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .clone()
+    }
+
+    /// Re-reads the files: `Ok(true)` when changed ones are now in use, `Ok(false)` when
+    /// nothing changed. On an error (a file missing, or a certificate and key that do not
+    /// match yet, half-way through a rotation) the previous configuration stays in use.
+    async fn reload(&self) -> Result<bool, PushError> {
+        let pem = self.files.read().await?;
+        if self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).1 == pem {
+            return Ok(false);
         }
-        None => builder.with_no_client_auth(),
-    };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| PushError::Tls(e.to_string()))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+        let config = self.files.build(&pem)?;
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = (TlsAcceptor::from(config), pem);
+        Ok(true)
+    }
+
+    /// Reloads every `every` until `shutdown`; logs what changed and, once per distinct
+    /// error, why new files are not used.
+    async fn keep_reloading(self: Arc<Self>, every: Duration, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // Just loaded.
+        let mut last_error: Option<String> = None;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = shutdown.cancelled() => return,
+            }
+            match self.reload().await {
+                Ok(true) => {
+                    last_error = None;
+                    tracing::info!(cert = %self.files.cert.display(), "push endpoint: TLS files changed, new connections use them");
+                }
+                Ok(false) => last_error = None,
+                Err(e) => {
+                    let message = e.to_string();
+                    if last_error.as_ref() != Some(&message) {
+                        tracing::warn!(error = %message, "push endpoint: new TLS files are not usable, still serving the previous ones");
+                        last_error = Some(message);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A bound listener, with TLS or (development only) without.
 pub struct PushServer {
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<ReloadingTls>>,
+    tls_reload_every: Duration,
 }
 
 impl PushServer {
-    /// Binds `addr`; `tls` `None` serves plain http.
-    pub async fn bind(addr: SocketAddr, tls: Option<Arc<ServerConfig>>) -> Result<Self, PushError> {
+    /// Binds `addr`; `tls` `None` serves plain http. The TLS files are read here, so a
+    /// broken one fails the start.
+    pub async fn bind(addr: SocketAddr, tls: Option<TlsFiles>) -> Result<Self, PushError> {
+        let tls = match tls {
+            Some(files) => Some(Arc::new(ReloadingTls::load(files).await?)),
+            None => None,
+        };
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| PushError::Bind { addr, source })?;
         Ok(Self {
             listener,
-            tls: tls.map(TlsAcceptor::from),
+            tls,
+            tls_reload_every: TLS_RELOAD_INTERVAL,
         })
+    }
+
+    /// How often the TLS files are re-read (default [`TLS_RELOAD_INTERVAL`]).
+    pub fn with_tls_reload_interval(mut self, every: Duration) -> Self {
+        self.tls_reload_every = every;
+        self
     }
 
     /// The bound address (the port when `:0` was asked).
@@ -855,6 +979,10 @@ impl PushServer {
     pub async fn serve(self, app: Router, shutdown: CancellationToken) {
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let mut connections = tokio::task::JoinSet::new();
+        let reloading = self
+            .tls
+            .clone()
+            .map(|tls| tokio::spawn(tls.keep_reloading(self.tls_reload_every, shutdown.clone())));
         loop {
             let slot = tokio::select! {
                 s = slots.clone().acquire_owned() => match s { Ok(s) => s, Err(_) => break },
@@ -873,7 +1001,9 @@ impl PushServer {
                     continue;
                 }
             };
-            let (app, tls, shutdown) = (app.clone(), self.tls.clone(), shutdown.clone());
+            // The acceptor current at accept time: a reload affects new connections only.
+            let tls = self.tls.as_ref().map(|t| t.acceptor());
+            let (app, shutdown) = (app.clone(), shutdown.clone());
             // Reap finished connections so the set does not grow.
             while connections.try_join_next().is_some() {}
             connections.spawn(async move {
@@ -890,6 +1020,9 @@ impl PushServer {
             });
         }
         while connections.join_next().await.is_some() {}
+        if let Some(task) = reloading {
+            let _ = task.await;
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::{path::Path, time::Duration};
 
 use agent::{
     client::{ClientConfig, ControlPlaneClient},
-    push::{PushServer, tls_config},
+    push::{PushServer, TlsFiles},
 };
 use controller_kit::{CancellationToken, Redacted};
 use odoo_sim::{Sim, SimConfig};
@@ -65,7 +65,11 @@ async fn https_with_a_ca_bundle_is_trusted_and_an_unknown_issuer_is_refused() {
     sim.add_cluster("edge-tls", KEY).unwrap();
     let server = PushServer::bind(
         "127.0.0.1:0".parse().unwrap(),
-        Some(tls_config(&cert, &key, None).unwrap()),
+        Some(TlsFiles {
+            cert,
+            key,
+            client_ca: None,
+        }),
     )
     .await
     .unwrap();

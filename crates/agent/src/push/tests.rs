@@ -639,8 +639,13 @@ impl Pki {
         self.dir.path().join(name)
     }
 
+    /// A client (with its own connection pool) trusting the server CA as it is now.
     fn client(&self, identity: Option<&str>) -> reqwest::Client {
-        let ca = std::fs::read(self.path("server-ca.pem")).unwrap();
+        self.client_trusting("server-ca.pem", identity)
+    }
+
+    fn client_trusting(&self, ca_file: &str, identity: Option<&str>) -> reqwest::Client {
+        let ca = std::fs::read(self.path(ca_file)).unwrap();
         let mut b = reqwest::Client::builder()
             .tls_built_in_root_certs(false)
             .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
@@ -653,16 +658,20 @@ impl Pki {
     }
 }
 
+fn tls_files(cert: PathBuf, key: PathBuf, client_ca: Option<PathBuf>) -> TlsFiles {
+    TlsFiles { cert, key, client_ca }
+}
+
 async fn serve_tls(h: &Harness, pki: &Pki, client_ca: Option<&str>) -> (String, CancellationToken) {
-    let config = tls_config(
-        &pki.path("server.pem"),
-        &pki.path("server-key.pem"),
-        client_ca.map(|c| pki.path(c)).as_deref(),
-    )
-    .unwrap();
-    let server = PushServer::bind("127.0.0.1:0".parse().unwrap(), Some(config))
+    let files = tls_files(
+        pki.path("server.pem"),
+        pki.path("server-key.pem"),
+        client_ca.map(|c| pki.path(c)),
+    );
+    let server = PushServer::bind("127.0.0.1:0".parse().unwrap(), Some(files))
         .await
-        .unwrap();
+        .unwrap()
+        .with_tls_reload_interval(Duration::from_millis(40));
     let url = server.url();
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let shutdown = CancellationToken::new();
@@ -734,35 +743,57 @@ async fn tls_without_a_client_ca_needs_only_the_token() {
     shutdown.cancel();
 }
 
-#[test]
-fn tls_configuration_errors_name_the_file() {
+#[tokio::test]
+async fn tls_configuration_errors_name_the_file() {
     let pki = Pki::new();
-    let missing = pki.path("nope.pem");
-    let err = tls_config(&missing, &pki.path("server-key.pem"), None)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("TLS certificate") && err.contains("nope.pem"), "{err}");
-    let err = tls_config(&pki.path("server.pem"), &pki.path("server.pem"), None)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("TLS key"), "{err}");
-    let err = tls_config(
-        &pki.path("server.pem"),
-        &pki.path("server-key.pem"),
-        Some(&pki.path("server-key.pem")),
-    )
-    .err()
-    .unwrap()
-    .to_string();
-    assert!(err.contains("client CA"), "{err}");
+    let err = |cert: &str, key: &str, ca: Option<&str>| {
+        let files = tls_files(pki.path(cert), pki.path(key), ca.map(|c| pki.path(c)));
+        async move { files.load().await.err().unwrap().to_string() }
+    };
+    let e = err("nope.pem", "server-key.pem", None).await;
+    assert!(e.contains("TLS certificate") && e.contains("nope.pem"), "{e}");
+    let e = err("server.pem", "server.pem", None).await;
+    assert!(e.contains("TLS key"), "{e}");
+    let e = err("server.pem", "server-key.pem", Some("server-key.pem")).await;
+    assert!(e.contains("client CA"), "{e}");
     // A key that does not belong to the certificate.
-    let err = tls_config(&pki.path("server.pem"), &pki.path("client.pem"), None)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("invalid TLS configuration"), "{err}");
+    let e = err("server.pem", "client.pem", None).await;
+    assert!(e.contains("invalid TLS configuration"), "{e}");
+}
+
+#[tokio::test]
+async fn a_renewed_certificate_is_served_without_a_restart() {
+    let h = harness();
+    let pki = Pki::new();
+    let (url, shutdown) = serve_tls(&h, &pki, None).await;
+    let body = |r: u64| apply_body(document("e1", r, &[]));
+    std::fs::copy(pki.path("server-ca.pem"), pki.path("old-server-ca.pem")).unwrap();
+    // A fresh client for every check: a pooled connection would keep the old handshake.
+    let old_ca_client = || pki.client_trusting("old-server-ca.pem", None);
+    assert_eq!(post(&old_ca_client(), &url, Some(TOKEN), body(1)).await.unwrap().0, 200);
+
+    // Renewal by another CA. Half-way (new key, old certificate) the pair does not
+    // match: the previous configuration stays in use.
+    let (new_ca, new_ca_pem) = ca("renewed server CA");
+    let (cert, key) = issue(&new_ca, &["127.0.0.1"], rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+    std::fs::write(pki.path("server-key.pem"), key).unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(post(&old_ca_client(), &url, Some(TOKEN), body(2)).await.unwrap().0, 200);
+
+    std::fs::write(pki.path("server.pem"), cert).unwrap();
+    std::fs::write(pki.path("server-ca.pem"), new_ca_pem).unwrap();
+    let mut served = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Ok(answer) = post(&pki.client(None), &url, Some(TOKEN), body(3)).await {
+            served = Some(answer.0);
+            break;
+        }
+    }
+    assert_eq!(served, Some(200), "the renewed certificate is never served");
+    let old = post(&old_ca_client(), &url, Some(TOKEN), body(4)).await;
+    assert!(old.is_err(), "the old CA no longer verifies the endpoint: {old:?}");
+    shutdown.cancel();
 }
 
 #[tokio::test]
