@@ -8,6 +8,9 @@
 //! renewed on disk is served without a restart. The token never
 //! shows up in the agent's logs (debug level), metrics, Events or status ConfigMap.
 //!
+//! odoo-sim also plays the Odoo module's push side against the agent, as it plays the pull
+//! side in `agent.rs`.
+//!
 //! The agent runs as its ServiceAccount with the deploy bundle's RBAC, like the other
 //! controllers of the e2e suite, and without any control-plane URL: it makes no
 //! outbound call.
@@ -18,8 +21,8 @@ use api::ApplicationInstance;
 use e2e::{
     TestContext,
     agent::{
-        AGENT_TIMEOUT, PushAgent, PushPki, api_key, assert_never_leaked, push_call, start_push_agent, status_configmap,
-        work_dir,
+        AGENT_TIMEOUT, PushAgent, PushPki, SimProcess, api_key, assert_never_leaked, push_call, start_push_agent,
+        status_configmap, summary, wait_sim, work_dir,
     },
     apps::{RELEASE_TIMEOUT, app, start_controller},
     deploy::{http_get, metric_sum},
@@ -368,6 +371,87 @@ async fn with_a_client_ca_only_clients_with_a_valid_certificate_get_through() ->
         &token,
         &agent.agent,
         &[("answers", serde_json::to_string(&[err, ack])?)],
+    )
+    .await
+}
+
+/// odoo-sim playing the Odoo module's push side (its push target set to the agent's
+/// endpoint, with the CA, a client certificate and the token): intent set in the
+/// simulator is pushed at once and becomes a ready release, shown `ready` with pull
+/// mode's summary; after an agent restart (its `known` lost) the simulator sees the new
+/// instance, takes a full status and pushes the document again, and nothing changes;
+/// a deletion intent deletes.
+#[tokio::test]
+async fn the_simulator_in_push_mode_drives_the_agent_like_the_odoo_module() -> anyhow::Result<()> {
+    let ctx = TestContext::new("push-sim").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let pki = PushPki::generate(&ctx)?;
+    let (token, token_path) = token_file(&ctx, "push")?;
+    let agent = start_push_agent(&ctx, &pki, &token_path, true, "").await?;
+    let sim = SimProcess::start(&ctx).await?;
+    let push_path = format!("/sim/clusters/{}/push", sim.cluster);
+    let target = |url: &str| {
+        json!({"url": url, "token": token, "ca_file": pki.path("server-ca.pem"),
+            "client_identity_file": pki.path("client.pem"), "poll_seconds": 1})
+    };
+    sim.admin("PUT", &push_path, Some(target(&agent.url))).await?;
+    let ns = ctx.namespace.as_str();
+    let apps = ctx.api::<ApplicationInstance>();
+
+    let revision = sim
+        .set_app(ns, "wiki", app_spec(json!({"greeting": "from the simulator"})))
+        .await?;
+    let ready = wait_sim(&ctx, &sim, "wiki ready", RELEASE_TIMEOUT, |v| {
+        (summary(v, ns, "wiki")?["status"] == "ready").then(|| v.clone())
+    })
+    .await?;
+    assert_eq!(ready["mode"], "push");
+    assert_eq!(ready["agent"]["mode"], "push");
+    assert_eq!(ready["push"]["known"]["revision"], revision);
+    assert_eq!(ready["intent_acknowledged"], true);
+    let ai = apps.get("wiki").await?;
+    assert_eq!(
+        ai.spec.values.as_ref().map(|v| v["greeting"].clone()),
+        Some(json!("from the simulator"))
+    );
+
+    // The agent restarts (a new endpoint here): its `known` is gone, so the simulator
+    // pushes the same document again after a full status; the release stays as it is.
+    let applies = ready["push"]["applies"].as_u64().unwrap_or_default();
+    let fulls = ready["resync"]["completed"].as_u64().unwrap_or_default();
+    let generation = ai.metadata.generation;
+    let mut first = agent;
+    first.agent.process.kill().await?;
+    let agent = start_push_agent(&ctx, &pki, &token_path, true, "-2").await?;
+    sim.admin("PUT", &push_path, Some(target(&agent.url))).await?;
+    wait_sim(&ctx, &sim, "re-pushed after the restart", AGENT_TIMEOUT, |v| {
+        (v["push"]["applies"].as_u64() > Some(applies)
+            && v["resync"]["completed"].as_u64() > Some(fulls)
+            && v["push"]["known"]["revision"] == revision
+            && summary(v, ns, "wiki")?["status"] == "ready")
+            .then_some(())
+    })
+    .await?;
+    assert_eq!(
+        apps.get("wiki").await?.metadata.generation,
+        generation,
+        "nothing changed"
+    );
+
+    // Deletion by explicit intent.
+    sim.delete_app(ns, "wiki").await?;
+    wait_sim(&ctx, &sim, "wiki deleted", AGENT_TIMEOUT, |v| {
+        (summary(v, ns, "wiki")?["status"] == "deleted").then_some(())
+    })
+    .await?;
+    assert!(apps.get_opt("wiki").await?.is_none());
+    let view = sim.view().await?;
+    assert!(view["push"]["last_error"].is_null(), "{}", view["push"]);
+    assert_never_leaked(
+        &ctx,
+        &token,
+        &agent.agent,
+        &[("simulator view", view.to_string()), ("simulator log", sim.logs())],
     )
     .await
 }

@@ -46,7 +46,7 @@ use kube::runtime::events::Recorder;
 use protocol::{
     PROTOCOL_VERSION, ProtocolVersion,
     error::{OdooError, names},
-    messages::{AgentInfo, ClusterIdentity, Cursor, DesiredState, DocumentAck, ObjectReport},
+    messages::{AgentInfo, ClusterIdentity, Cursor, DesiredState, DocumentAck},
     revision::{AckLedger, Decision, decide},
 };
 use rustls::{
@@ -54,7 +54,7 @@ use rustls::{
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _},
     server::WebPkiClientVerifier,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use subtle::ConstantTimeEq as _;
 use tokio::{
@@ -64,6 +64,10 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 
+pub use protocol::push::{
+    ApplyParams, ApplyResult, METHOD_APPLY, METHOD_STATUS, PUSH_MODEL, StatusParams, StatusResult, error_names,
+};
+
 use crate::{
     apply::{Cluster, refuse_malformed},
     credentials::{CredentialError, CredentialSource},
@@ -71,13 +75,6 @@ use crate::{
     status::SharedStatus,
     sync::{allowed_list, apply_received},
 };
-
-/// The JSON-2 "model" of the agent's endpoint.
-pub const PUSH_MODEL: &str = "vworkspace.agent";
-/// Applies a document; answers its acknowledgement.
-pub const METHOD_APPLY: &str = "apply";
-/// Reads status reports.
-pub const METHOD_STATUS: &str = "status";
 
 /// How long a token read from its source is trusted: a revoked token stops working within
 /// this delay.
@@ -96,83 +93,6 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_CONNECTIONS: usize = 64;
 /// The condition's reason while the token cannot be read (pull mode's, for the API key).
 pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
-
-/// Error names the endpoint uses besides [`names`] (Werkzeug's, as Odoo would send them).
-pub mod error_names {
-    /// 413: the body is larger than `--push-max-body`.
-    pub const REQUEST_ENTITY_TOO_LARGE: &str = "werkzeug.exceptions.RequestEntityTooLarge";
-    /// 503: a follower replica, the status cache not listed yet, or no readable token.
-    pub const SERVICE_UNAVAILABLE: &str = "werkzeug.exceptions.ServiceUnavailable";
-    /// 409: a document older than the one already processed.
-    pub const CONFLICT: &str = "werkzeug.exceptions.Conflict";
-    /// 405: not a POST.
-    pub const METHOD_NOT_ALLOWED: &str = "werkzeug.exceptions.MethodNotAllowed";
-}
-
-/// `vworkspace.agent/apply` parameters.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ApplyParams {
-    /// The caller's protocol version (same MAJOR required).
-    pub protocol_version: ProtocolVersion,
-    /// The cluster the caller means; when given, it must be this cluster's UID (a
-    /// document sent to the wrong endpoint is refused before anything is read).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_uid: Option<String>,
-    /// The desired-state document, as in `agent_sync`'s `desired`. Kept raw here so that a
-    /// document that does not parse is acknowledged `refused`/`MalformedDocument` by its
-    /// cursor, as pull mode does.
-    pub document: Value,
-}
-
-/// `vworkspace.agent/apply` result: the [`DocumentAck`] plus `protocol_version` (every
-/// successful answer carries it); it parses as a plain [`DocumentAck`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ApplyResult {
-    /// The agent's protocol version.
-    pub protocol_version: ProtocolVersion,
-    /// The acknowledgement.
-    #[serde(flatten)]
-    pub ack: DocumentAck,
-}
-
-/// `vworkspace.agent/status` parameters (all optional; an empty body means deltas).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StatusParams {
-    /// The caller's protocol version, checked when given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol_version: Option<ProtocolVersion>,
-    /// Every report (a full resync), instead of the undelivered changes.
-    #[serde(default)]
-    pub full: bool,
-    /// As in [`ApplyParams::cluster_uid`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_uid: Option<String>,
-}
-
-/// `vworkspace.agent/status` result.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StatusResult {
-    /// The agent's protocol version.
-    pub protocol_version: ProtocolVersion,
-    /// The agent's clock.
-    pub server_time: Timestamp,
-    /// The cluster (as `agent_register` carries it in pull mode).
-    pub cluster: ClusterIdentity,
-    /// The agent (mode `push`).
-    pub agent: AgentInfo,
-    /// The cluster owner's allow-list; `["*"]` for all.
-    pub allowed_namespaces: Vec<String>,
-    /// The last document processed (`applied` or `refused`), as `agent_sync`'s `known`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub known: Option<Cursor>,
-    /// Whether `reports` is every object's report: Odoo marks any object it holds a
-    /// report for and that is not in it as `deleted`, as after a pull-mode resync.
-    pub full: bool,
-    /// Reports, sorted by kind, namespace and name (full) or oldest change first.
-    pub reports: Vec<ObjectReport>,
-    /// More changes wait: call again (deltas only).
-    pub more: bool,
-}
 
 /// Why the endpoint cannot be set up. Never contains the token.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,9 @@
 //! `X-Odoo-Database` header, Odoo's error objects and HTTP statuses), so that the agent can be
 //! tested end to end and an Odoo developer has a reference to compare the module with.
 //!
-//! * `POST /json/2/<model>/<method>`: the protocol.
+//! * `POST /json/2/<model>/<method>`: the protocol, pull mode.
+//! * Push mode, for a cluster given a push target: the simulator calls the agent's
+//!   `vworkspace.agent/apply` and `/status` as the module would ([`push`]).
 //! * `/sim/...`: the admin API (set intent, read reports and acknowledgements, inject
 //!   faults), see [`router`]. A real Odoo has its own UI instead.
 //!
@@ -38,6 +40,8 @@ use protocol::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+pub mod push;
 
 /// Most reports accepted per sync (as a real module would cap them).
 pub const MAX_REPORTS_PER_SYNC: usize = 500;
@@ -193,6 +197,9 @@ pub struct ClusterRecord {
     pub syncs: u64,
     /// The last error streak the agent reported.
     pub last_agent_error: Option<protocol::messages::AgentError>,
+    /// Push mode: the agent's endpoint and how calls to it went (`None`: pull mode).
+    #[serde(default)]
+    pub push: Option<push::PushLink>,
     /// Every report received, oldest first, at most [`REPORT_LOG_MAX`] (not saved in the
     /// state file).
     #[serde(skip)]
@@ -202,6 +209,64 @@ pub struct ClusterRecord {
     pub report_log_seq: u64,
 }
 
+impl ClusterRecord {
+    /// Records an acknowledgement (the latest per revision; the oldest dropped beyond
+    /// [`MAX_ACKS_KEPT`]).
+    fn store_ack(&mut self, ack: DocumentAck) {
+        self.acks
+            .retain(|a| !(a.epoch == ack.epoch && a.revision == ack.revision));
+        self.acks.push(ack);
+        let overflow = self.acks.len().saturating_sub(MAX_ACKS_KEPT);
+        self.acks.drain(..overflow);
+    }
+
+    /// Stores reports received at `now`; `in_resync` counts them as seen by the full
+    /// resync in progress.
+    fn store_reports(&mut self, reports: Vec<ObjectReport>, in_resync: bool, now: Timestamp) {
+        for report in reports {
+            let key = report_key(report.kind, &report.namespace, &report.name);
+            if in_resync {
+                self.resync.seen.insert(key.clone());
+            }
+            self.report_log_seq += 1;
+            if self.report_log.len() >= REPORT_LOG_MAX {
+                self.report_log.pop_front();
+            }
+            self.report_log.push_back(ReceivedReport {
+                seq: self.report_log_seq,
+                key: key.clone(),
+                state: report.state,
+                resource_version: report.resource_version.clone(),
+                phase: report.phase.clone(),
+                resync: in_resync,
+                received_at: now,
+                received_at_ms: now.as_millisecond(),
+            });
+            self.reports.insert(
+                key,
+                StoredReport {
+                    report,
+                    received_at: now,
+                    absent_after_resync: false,
+                },
+            );
+        }
+    }
+
+    /// Ends a full resync: every object not reported during it is marked deleted.
+    fn complete_resync(&mut self, now: Timestamp) {
+        for (key, stored) in self.reports.iter_mut() {
+            if !self.resync.seen.contains(key) && stored.report.state != ObjectState::Deleted {
+                stored.report.state = ObjectState::Deleted;
+                stored.absent_after_resync = true;
+                stored.received_at = now;
+            }
+        }
+        self.resync.completed_at = Some(now);
+        self.resync.completed += 1;
+    }
+}
+
 /// Everything persisted.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SimState {
@@ -209,6 +274,9 @@ pub struct SimState {
     pub clusters: BTreeMap<String, ClusterRecord>,
     /// API key → cluster name. Never shown by the admin API.
     keys: BTreeMap<String, String>,
+    /// Cluster name → push target (with its token). Never shown by the admin API.
+    #[serde(default)]
+    push_targets: BTreeMap<String, push::PushTarget>,
     next_id: i64,
 }
 
@@ -257,6 +325,8 @@ pub struct Sim {
     fault: Arc<Mutex<Fault>>,
     config: Arc<SimConfig>,
     stats: Arc<Mutex<SimStats>>,
+    /// Bumped on every change of intent or push target: wakes the push drivers.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// Error of the admin API.
@@ -331,6 +401,7 @@ impl Sim {
             state: Arc::new(Mutex::new(state)),
             fault: Arc::new(Mutex::new(Fault::None)),
             config: Arc::new(config),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
             stats: Arc::new(Mutex::new(SimStats {
                 since: Timestamp::now(),
                 now: Timestamp::now(),
@@ -380,6 +451,14 @@ impl Sim {
             .get(cluster)
             .ok_or_else(|| SimError::NoCluster(cluster.to_owned()))?;
         Ok(r.report_log.iter().filter(|e| e.seq > after).cloned().collect())
+    }
+
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SimState> {
@@ -444,6 +523,8 @@ impl Sim {
         f(record, revision);
         record.revision = revision;
         self.save(&s);
+        drop(s);
+        self.changed();
         Ok(revision)
     }
 
@@ -540,13 +621,8 @@ impl Sim {
         }
         let acks_received = params.acks.len();
         for ack in params.acks {
-            record
-                .acks
-                .retain(|a| !(a.epoch == ack.epoch && a.revision == ack.revision));
-            record.acks.push(ack);
+            record.store_ack(ack);
         }
-        let overflow = record.acks.len().saturating_sub(MAX_ACKS_KEPT);
-        record.acks.drain(..overflow);
         if let Some(marker) = &params.resync
             && (marker.id != record.resync.id || marker.batch == 0)
         {
@@ -555,46 +631,11 @@ impl Sim {
             record.resync.completed_at = None;
         }
         let reports_received = params.reports.len();
-        for report in params.reports {
-            let key = report_key(report.kind, &report.namespace, &report.name);
-            if params.resync.is_some() {
-                record.resync.seen.insert(key.clone());
-            }
-            record.report_log_seq += 1;
-            if record.report_log.len() >= REPORT_LOG_MAX {
-                record.report_log.pop_front();
-            }
-            record.report_log.push_back(ReceivedReport {
-                seq: record.report_log_seq,
-                key: key.clone(),
-                state: report.state,
-                resource_version: report.resource_version.clone(),
-                phase: report.phase.clone(),
-                resync: params.resync.is_some(),
-                received_at: now,
-                received_at_ms: now.as_millisecond(),
-            });
-            record.reports.insert(
-                key,
-                StoredReport {
-                    report,
-                    received_at: now,
-                    absent_after_resync: false,
-                },
-            );
-        }
+        record.store_reports(params.reports, params.resync.is_some(), now);
         if let Some(marker) = &params.resync
             && marker.last_batch
         {
-            for (key, stored) in record.reports.iter_mut() {
-                if !record.resync.seen.contains(key) && stored.report.state != ObjectState::Deleted {
-                    stored.report.state = ObjectState::Deleted;
-                    stored.absent_after_resync = true;
-                    stored.received_at = now;
-                }
-            }
-            record.resync.completed_at = Some(now);
-            record.resync.completed += 1;
+            record.complete_resync(now);
         }
         let carried_nothing_up =
             reports_received == 0 && acks_received == 0 && params.resync.is_none() && params.last_error.is_none();
@@ -850,6 +891,8 @@ fn view(r: &ClusterRecord, offline_after: Duration) -> Value {
         "cursor": {"epoch": r.epoch, "revision": r.revision},
         "acknowledged_revision": acknowledged,
         "intent_acknowledged": r.revision == 0 || acknowledged == Some(r.revision),
+        "mode": if r.push.is_some() { "push" } else { "pull" },
+        "push": r.push,
         "syncs": r.syncs,
         "last_agent_error": r.last_agent_error,
         "resync": {"id": r.resync.id, "completed_at": r.resync.completed_at, "completed": r.resync.completed},
@@ -1091,6 +1134,21 @@ async fn reset_intent(State(sim): State<Sim>, Path(cluster): Path<String>) -> Re
     Ok(revision_response(rev))
 }
 
+async fn put_push_target(
+    State(sim): State<Sim>,
+    Path(cluster): Path<String>,
+    Json(target): Json<push::PushTarget>,
+) -> Result<Response, SimError> {
+    tracing::info!(%cluster, url = %target.url, "push target set: the simulator now calls the agent");
+    sim.set_push_target(&cluster, Some(target))?;
+    Ok(Json(json!({"cluster": cluster, "mode": "push"})).into_response())
+}
+
+async fn delete_push_target(State(sim): State<Sim>, Path(cluster): Path<String>) -> Result<Response, SimError> {
+    sim.set_push_target(&cluster, None)?;
+    Ok(Json(json!({"cluster": cluster, "mode": "pull"})).into_response())
+}
+
 async fn put_fault(State(sim): State<Sim>, Json(fault): Json<Fault>) -> Json<Value> {
     tracing::warn!(?fault, "fault mode set");
     sim.set_fault(fault.clone());
@@ -1113,6 +1171,8 @@ async fn put_fault(State(sim): State<Sim>, Json(fault): Json<Fault>) -> Json<Val
 /// | `POST /sim/clusters/{name}/deletions` (a deletion intent) | explicit deletion of anything |
 /// | `PUT /sim/clusters/{name}/document` (raw JSON, `null` to clear) | send this document instead |
 /// | `POST /sim/clusters/{name}/reset-intent` | empty intent (no deletions): the next document is empty |
+/// | `PUT /sim/clusters/{name}/push` `{"url", "token", "ca_file"?, "client_identity_file"?, "poll_seconds"?}` | push mode: the simulator calls the agent's endpoint ([`push`]; needs [`push::drive`] running, as `odoo-sim serve` does) |
+/// | `DELETE /sim/clusters/{name}/push` | back to pull mode |
 /// | `PUT /sim/fault` `{"mode": "none" / "unavailable" / "server_error" / "hang" (seconds) / "malformed" / "oversize" (bytes)}` | inject faults |
 pub fn router(sim: Sim) -> Router {
     Router::new()
@@ -1131,6 +1191,10 @@ pub fn router(sim: Sim) -> Router {
         .route("/sim/clusters/{name}/deletions", post(post_deletion))
         .route("/sim/clusters/{name}/document", put(put_document))
         .route("/sim/clusters/{name}/reset-intent", post(reset_intent))
+        .route(
+            "/sim/clusters/{name}/push",
+            put(put_push_target).delete(delete_push_target),
+        )
         .route("/sim/fault", put(put_fault))
         .with_state(sim)
 }

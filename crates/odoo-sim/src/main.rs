@@ -90,6 +90,28 @@ enum Command {
     },
     /// Inject a fault: none, unavailable, server_error, malformed, hang:<seconds>, oversize:<bytes>.
     Fault { mode: String },
+    /// Push mode for a cluster: the simulator calls the agent's endpoint (apply on every
+    /// intent change, status every --poll-seconds) instead of waiting for agent_sync.
+    SetPush {
+        cluster: String,
+        /// The agent's endpoint, e.g. https://agent.example.com:8443.
+        #[arg(long)]
+        endpoint: String,
+        /// File holding the push token.
+        #[arg(long)]
+        token_file: PathBuf,
+        /// PEM CA of the agent's certificate (besides the system roots).
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
+        /// PEM client certificate and key, for an agent with --push-client-ca.
+        #[arg(long)]
+        client_identity_file: Option<PathBuf>,
+        /// Seconds between two status calls.
+        #[arg(long, default_value_t = odoo_sim::push::DEFAULT_POLL_SECONDS)]
+        poll_seconds: u64,
+    },
+    /// Back to pull mode for a cluster.
+    UnsetPush { cluster: String },
 }
 
 fn read_json(path: &PathBuf) -> anyhow::Result<Value> {
@@ -156,11 +178,14 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding {listen}"))?;
             tracing::info!(addr = %listener.local_addr()?, "odoo-sim (a simulator of the vWorkspace control plane, not Odoo) listening");
+            // Clusters given a push target are called from here.
+            let pushing = tokio::spawn(odoo_sim::push::drive(sim.clone()));
             axum::serve(listener, odoo_sim::router(sim))
                 .with_graceful_shutdown(async {
                     let _ = tokio::signal::ctrl_c().await;
                 })
                 .await?;
+            pushing.abort();
             Ok(())
         }
         Command::AddCluster { name, api_key_file } => {
@@ -212,6 +237,29 @@ async fn main() -> anyhow::Result<()> {
                 _ => json!({"mode": mode}),
             };
             admin(&cli.url, Method::PUT, "/sim/fault", Some(body)).await
+        }
+        Command::SetPush {
+            cluster,
+            endpoint,
+            token_file,
+            ca_file,
+            client_identity_file,
+            poll_seconds,
+        } => {
+            let token =
+                std::fs::read_to_string(&token_file).with_context(|| format!("reading {}", token_file.display()))?;
+            let body = json!({"url": endpoint, "token": token.trim(), "ca_file": ca_file,
+                "client_identity_file": client_identity_file, "poll_seconds": poll_seconds});
+            admin(
+                &cli.url,
+                Method::PUT,
+                &format!("/sim/clusters/{cluster}/push"),
+                Some(body),
+            )
+            .await
+        }
+        Command::UnsetPush { cluster } => {
+            admin(&cli.url, Method::DELETE, &format!("/sim/clusters/{cluster}/push"), None).await
         }
     }
 }

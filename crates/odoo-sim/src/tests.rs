@@ -21,6 +21,19 @@ fn sim() -> Sim {
     sim
 }
 
+/// A configuration saving to a fresh state file (removed first) named after `tag`.
+fn with_state_file(tag: &str) -> (PathBuf, SimConfig) {
+    let path = std::env::temp_dir().join(format!("odoo-sim-test-{tag}-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let config = SimConfig {
+        state_file: Some(path.clone()),
+        database: None,
+        sync_interval_seconds: None,
+        offline_after: Duration::from_secs(90),
+    };
+    (path, config)
+}
+
 async fn call(sim: &Sim, method: &str, path: &str, key: Option<&str>, body: Value) -> (u16, Value) {
     let mut req = Request::builder()
         .method(method)
@@ -279,14 +292,7 @@ async fn faults_and_raw_documents() {
 
 #[tokio::test]
 async fn state_survives_a_restart_through_the_state_file() {
-    let path = std::env::temp_dir().join(format!("odoo-sim-test-{}.json", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let config = SimConfig {
-        state_file: Some(path.clone()),
-        database: None,
-        sync_interval_seconds: None,
-        offline_after: Duration::from_secs(90),
-    };
+    let (path, config) = with_state_file("restart");
     let sim = Sim::new(config.clone()).unwrap();
     sim.add_cluster("edge-1", KEY).unwrap();
     call(
@@ -532,4 +538,45 @@ async fn calls_and_bytes_are_counted_and_syncs_at_rest_told_apart() {
     assert!(stats.sync_at_rest.response_header_bytes > 80, "{stats:?}");
     assert_eq!((stats.other.calls, stats.other.errors), (1, 1));
     assert_eq!((stats.reports, stats.clusters), (1, 1));
+}
+
+#[tokio::test]
+async fn a_push_target_is_checked_kept_across_restarts_and_its_token_never_shown() {
+    let (path, config) = with_state_file("push");
+    let sim = Sim::new(config.clone()).unwrap();
+    sim.add_cluster("edge-1", KEY).unwrap();
+    let token = "push-token-fedcba9876543210";
+    let put = |body: Value| call(&sim, "PUT", "/sim/clusters/edge-1/push", None, body);
+    assert_eq!(put(json!({"url": "agent:8443", "token": token})).await.0, 400);
+    assert_eq!(put(json!({"url": "https://agent:8443", "token": " "})).await.0, 400);
+    let (s, _) = call(
+        &sim,
+        "PUT",
+        "/sim/clusters/nope/push",
+        None,
+        json!({"url": "https://a", "token": token}),
+    )
+    .await;
+    assert_eq!(s, 404);
+    let (s, body) = put(json!({"url": "https://agent:8443/", "token": token})).await;
+    assert_eq!(s, 200, "{body}");
+
+    let again = Sim::new(config).unwrap();
+    let view = again.view("edge-1").unwrap();
+    assert_eq!(view["mode"], "push");
+    assert_eq!(view["push"]["url"], "https://agent:8443");
+    assert_eq!(view["push"]["poll_seconds"], push::DEFAULT_POLL_SECONDS);
+    assert!(
+        !view.to_string().contains(token),
+        "the admin view never shows the token"
+    );
+    let target = again.push_target("edge-1").unwrap();
+    assert!(!format!("{target:?}").contains(token), "nor does Debug");
+    assert_eq!(target.token, token, "kept in the state file");
+
+    let (s, _) = call(&again, "DELETE", "/sim/clusters/edge-1/push", None, Value::Null).await;
+    assert_eq!(s, 200);
+    assert_eq!(again.view("edge-1").unwrap()["mode"], "pull");
+    assert!(again.push_target("edge-1").is_none());
+    let _ = std::fs::remove_file(&path);
 }

@@ -17,7 +17,7 @@
 //!
 //! What this crate holds, all pure (no runtime, no I/O):
 //!
-//! * the message types ([`messages`]) and their validation with size limits ([`validate`]);
+//! * the message types ([`messages`]), push mode's ([`push`]), and their validation with size limits ([`validate`]);
 //! * the revision and acknowledgement rules ([`revision`]) and the deletion-only-by-intent
 //!   rule ([`plan`]);
 //! * status reports built from the CRs ([`report`]);
@@ -34,6 +34,7 @@ pub mod backoff;
 pub mod error;
 pub mod messages;
 pub mod plan;
+pub mod push;
 pub mod report;
 pub mod revision;
 pub mod validate;

@@ -12,7 +12,7 @@ use axum::http::Request;
 use controller_kit::{Metrics, NamespacePolicy, Readiness};
 use operations::revisions::AppRevision;
 use protocol::{
-    messages::{AgentMode, DocumentOutcome, ObjectKind, ObjectOutcome, ObjectState},
+    messages::{AgentMode, DocumentOutcome, ObjectKind, ObjectOutcome, ObjectReport, ObjectState},
     report::deleted_report,
 };
 use serde_json::json;
@@ -823,4 +823,105 @@ async fn the_condition_follows_the_token_source_without_any_request() {
     assert!(h.readiness.is_ready());
     shutdown.cancel();
     task.await.unwrap();
+}
+
+/// The simulator's view of `edge-1`, once `check` holds (within 6 s).
+async fn wait_view(sim: &odoo_sim::Sim, what: &str, check: fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..300 {
+        last = sim.view("edge-1").unwrap();
+        if check(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what} never happened: {last:#}");
+}
+
+/// odoo-sim's push side (what the Odoo module does in push mode) against this endpoint:
+/// it pushes the document when the intent changes, polls status (full first), and shows
+/// acknowledgements and reports as in pull mode; a wrong token shows as a clear error.
+#[tokio::test]
+async fn the_simulator_drives_push_mode_as_the_odoo_module_would() {
+    let h = harness();
+    h.state.status.with(|c| {
+        c.replace_kind(
+            ObjectKind::ApplicationInstance,
+            vec![report("old", ObjectState::Ready, "1")],
+            Timestamp::UNIX_EPOCH,
+        );
+        c.replace_kind(ObjectKind::Operation, vec![], Timestamp::UNIX_EPOCH);
+    });
+    let server = PushServer::bind("127.0.0.1:0".parse().unwrap(), None).await.unwrap();
+    let url = server.url();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(server.serve(router(h.state.clone()), shutdown.clone()));
+
+    let sim = odoo_sim::Sim::new(odoo_sim::SimConfig {
+        state_file: None,
+        database: None,
+        sync_interval_seconds: None,
+        offline_after: Duration::from_secs(90),
+    })
+    .unwrap();
+    sim.add_cluster("edge-1", "an-api-key-unused-in-push-mode").unwrap();
+    let target = |token: &str| odoo_sim::push::PushTarget {
+        url: url.clone(),
+        token: token.into(),
+        ca_file: None,
+        client_identity_file: None,
+        poll_seconds: 1,
+    };
+    sim.set_push_target("edge-1", Some(target(TOKEN))).unwrap();
+    let driving = tokio::spawn(odoo_sim::push::drive(sim.clone()));
+    let view = || sim.view("edge-1").unwrap();
+    let wait = |what: &'static str, check: fn(&Value) -> bool| wait_view(&sim, what, check);
+
+    let first = wait("first full status", |v| v["resync"]["completed"] == 1).await;
+    assert_eq!(first["mode"], "push");
+    assert_eq!(first["uid"], "uid-kube-system");
+    assert_eq!(first["agent"]["mode"], "push");
+    assert_eq!(first["agent_online"], true);
+    assert_eq!(
+        first["reports"]["ApplicationInstance/team-a/old"]["report"]["state"],
+        "ready"
+    );
+
+    // New intent is pushed at once (not at the next poll) and acknowledged.
+    let spec =
+        json!({"chart": {"name": "wiki", "version": "1.0.0", "repository": {"url": "https://charts.example.com"}}});
+    let admin = odoo_sim::router(sim.clone());
+    let put = Request::put("/sim/clusters/edge-1/applications/team-a/wiki")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(spec.to_string()))
+        .unwrap();
+    assert_eq!(admin.oneshot(put).await.unwrap().status(), StatusCode::OK);
+    let acked = wait("acknowledged", |v| v["intent_acknowledged"] == true).await;
+    assert_eq!(h.fake.writes(), ["apply team-a/wiki"]);
+    assert_eq!(acked["objects"][0]["ack"]["outcome"], "applied", "{acked:#}");
+    assert_eq!(acked["push"]["known"]["revision"], 1);
+    assert!(acked["push"]["last_error"].is_null());
+
+    // Status deltas: a change, and an object gone from the cluster.
+    h.state.status.with(|c| {
+        c.upsert(report("wiki", ObjectState::Ready, "5"));
+        c.remove(&report("old", ObjectState::Ready, "1").key(), Timestamp::UNIX_EPOCH);
+    });
+    let polled = wait("deltas", |v| {
+        v["reports"]["ApplicationInstance/team-a/wiki"]["report"]["state"] == "ready"
+            && v["reports"]["ApplicationInstance/team-a/old"]["report"]["state"] == "deleted"
+    })
+    .await;
+    assert_eq!(h.fake.writes().len(), 1, "the same cursor is not pushed again");
+    assert!(polled["push"]["status_calls"].as_u64() >= Some(2));
+
+    // A wrong token: the record says why, without the token.
+    sim.set_push_target("edge-1", Some(target("not-the-token"))).unwrap();
+    let refused = wait("401 shown", |v| !v["push"]["last_error"].is_null()).await;
+    let error = refused["push"]["last_error"].as_str().unwrap();
+    assert!(error.contains("HTTP 401") && error.contains("Unauthorized"), "{error}");
+    assert!(!view().to_string().contains("not-the-token") && !view().to_string().contains(TOKEN));
+
+    driving.abort();
+    shutdown.cancel();
 }
