@@ -55,9 +55,10 @@ e2e *args:
 # Everything CI runs: generated files, format, lint, unit tests, e2e.
 test: check-generated fmt-check lint unit e2e
 
-# The main job: a real local cluster with the operator and a sample app.
-demo:
-    hack/demo.sh
+# The main job: a real local cluster with the operator and a sample app (`just demo push`:
+# the agent in push mode, the simulator calling it).
+demo mode="pull":
+    hack/demo.sh {{mode}}
 
 # Benchmark the app controller on the real local cluster (figures in docs/performance.md).
 bench-app *args:

@@ -5,9 +5,15 @@
 # The sample application is declared as intent in the simulator, the agent pulls it and
 # applies an ApplicationInstance, Flux installs the chart, and the status travels back
 # (through the gRPC status channel) until the simulator shows it ready.
+# `just demo push` runs the agent in push mode instead: the simulator, playing the Odoo
+# module's push side, calls the agent's endpoint with the document and polls its status
+# (plain http with --push-insecure-http: a development setting, as --insecure-allow-http
+# is for pull mode).
 # Leaves everything running; `just cluster-down` stops it all.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
+MODE=${1:-pull}
+[[ $MODE == pull || $MODE == push ]] || die "usage: just demo [pull|push]"
 
 "$HACK_DIR/cluster.sh" up
 source "$CLUSTER_DIR/env"
@@ -16,6 +22,7 @@ in_ns() { "$HACK_DIR/cluster.sh" exec "$@"; }
 
 SIM_URL=http://127.0.0.1:18069
 CHANNEL=127.0.0.1:19091
+PUSH_ADDR=127.0.0.1:18443
 CLUSTER_NAME=demo
 # Confined to the demo namespace, so the demo can keep running beside `just e2e`.
 DEMO_SCOPE="--watch-namespace demo --allowed-namespaces demo"
@@ -45,10 +52,22 @@ key_file="$CLUSTER_DIR/demo/api-key"
 [[ -s $key_file ]] || python3 -c 'import secrets; print("vws-demo-" + secrets.token_hex(16), end="")' > "$key_file"
 start odoo-sim "$SIM_URL/sim/health" "$REPO_ROOT/target/debug/odoo-sim" serve --listen "${SIM_URL#http://}" \
   --state-file "$CLUSTER_DIR/demo/sim-state.json" --cluster "$CLUSTER_NAME" --api-key-file "$key_file"
-start agent http://127.0.0.1:18092/livez "$REPO_ROOT/target/debug/agent" \
-  --control-plane-url "$SIM_URL" --insecure-allow-http --api-key-file "$key_file" \
-  --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr 127.0.0.1:18092 \
-  --status-channel-addr "$CHANNEL" --sync-interval 5s   # new intent is pulled at the next sync (default 30s)
+sim() { in_ns env ODOO_SIM_URL="$SIM_URL" "$REPO_ROOT/target/debug/odoo-sim" "$@"; }
+if [[ $MODE == pull ]]; then
+  sim unset-push "$CLUSTER_NAME" >/dev/null   # a previous `just demo push` left a push target
+  start agent http://127.0.0.1:18092/livez "$REPO_ROOT/target/debug/agent" \
+    --control-plane-url "$SIM_URL" --insecure-allow-http --api-key-file "$key_file" \
+    --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr 127.0.0.1:18092 \
+    --status-channel-addr "$CHANNEL" --sync-interval 5s   # new intent is pulled at the next sync (default 30s)
+else
+  token_file="$CLUSTER_DIR/demo/push-token"
+  [[ -s $token_file ]] || python3 -c 'import secrets; print("vws-push-" + secrets.token_hex(16), end="")' > "$token_file"
+  start agent http://127.0.0.1:18092/livez "$REPO_ROOT/target/debug/agent" \
+    --mode push --push-addr "$PUSH_ADDR" --push-insecure-http --push-token-file "$token_file" \
+    --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr 127.0.0.1:18092 --status-channel-addr "$CHANNEL"
+  log "odoo-sim now plays the module's push side: it calls http://$PUSH_ADDR (apply on intent, status every second)"
+  sim set-push "$CLUSTER_NAME" --endpoint "http://$PUSH_ADDR" --token-file "$token_file" --poll-seconds 1 >/dev/null
+fi
 start app-controller http://127.0.0.1:18090/readyz "$REPO_ROOT/target/debug/app-controller" \
   $DEMO_SCOPE --admin-addr 127.0.0.1:18090 --status-channel-endpoint "http://$CHANNEL"
 start runbook-engine http://127.0.0.1:18091/readyz "$REPO_ROOT/target/debug/runbook-engine" \
@@ -56,11 +75,10 @@ start runbook-engine http://127.0.0.1:18091/readyz "$REPO_ROOT/target/debug/runb
 
 # The namespace is the cluster owner's: the agent applies only inside its allow-list.
 kubectl_ create namespace demo --dry-run=client -o yaml | kubectl_ apply --server-side --field-manager=vws-demo -f - >/dev/null
-sim() { in_ns env ODOO_SIM_URL="$SIM_URL" "$REPO_ROOT/target/debug/odoo-sim" "$@"; }
 log "declaring intent in the simulator: application demo/hello (chart demo-app 0.1.0)"
 sim set-app "$CLUSTER_NAME" demo hello --spec e2e/samples/demo-app.json >/dev/null
 
-log "following demo/hello as the simulator (Odoo's side) sees it, until ready"
+log "following demo/hello as the simulator (Odoo's side, $MODE mode) sees it, until ready"
 last="" state=""
 for _ in $(seq 240); do
   line=$(sim show "$CLUSTER_NAME" 2>/dev/null | python3 -c '
