@@ -151,6 +151,10 @@ impl Sim {
         Ok(())
     }
 
+    fn bound_uid(&self, cluster: &str) -> Option<String> {
+        self.lock().clusters.get(cluster)?.uid.clone()
+    }
+
     pub(crate) fn push_target(&self, cluster: &str) -> Option<PushTarget> {
         self.lock().push_targets.get(cluster).cloned()
     }
@@ -364,10 +368,12 @@ async fn drive_cluster(sim: Sim, cluster: String) {
                 full = true;
             }
             if full || Instant::now() >= next_status {
+                // Once bound, the UID goes along: an endpoint now serving another cluster
+                // refuses (`403 ClusterMismatch`) instead of answering its reports.
                 let params = StatusParams {
                     protocol_version: Some(PROTOCOL_VERSION),
                     full,
-                    cluster_uid: None,
+                    cluster_uid: sim.bound_uid(&cluster),
                 };
                 match call::<StatusResult>(client, &target, METHOD_STATUS, &params).await {
                     Ok(result) => {
