@@ -497,18 +497,25 @@ fn test_leaf(
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// A new CA named `ca_name` and a server certificate for 127.0.0.1 and localhost signed
+/// by it: (CA PEM, certificate PEM, key PEM).
+fn server_pki(ca_name: &str) -> anyhow::Result<(String, String, String)> {
+    let (ca, ca_pem) = test_ca(ca_name)?;
+    let (cert, key) = test_leaf(
+        &ca,
+        &["127.0.0.1", "localhost"],
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    )?;
+    Ok((ca_pem, cert, key))
+}
+
 impl PushPki {
     /// Generates every file under `<work dir>/pki`.
     pub fn generate(ctx: &TestContext) -> anyhow::Result<Self> {
         let dir = work_dir(ctx)?.join("pki");
         std::fs::create_dir_all(&dir)?;
         let write = |name: &str, text: &str| std::fs::write(dir.join(name), text);
-        let (server_ca, server_ca_pem) = test_ca("vworkspace e2e push server CA")?;
-        let (cert, key) = test_leaf(
-            &server_ca,
-            &["127.0.0.1", "localhost"],
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-        )?;
+        let (server_ca_pem, cert, key) = server_pki("vworkspace e2e push server CA")?;
         write("server-ca.pem", &server_ca_pem)?;
         write("server.pem", &cert)?;
         write("server-key.pem", &key)?;
@@ -530,12 +537,7 @@ impl PushPki {
     /// each file replaced atomically (so for a moment the key and certificate do not
     /// match), then `server-ca.pem`.
     pub fn renew_server(&self) -> anyhow::Result<()> {
-        let (ca, ca_pem) = test_ca("vworkspace e2e push server CA, renewed")?;
-        let (cert, key) = test_leaf(
-            &ca,
-            &["127.0.0.1", "localhost"],
-            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-        )?;
+        let (ca_pem, cert, key) = server_pki("vworkspace e2e push server CA, renewed")?;
         for (name, text) in [("server-key.pem", key), ("server.pem", cert), ("server-ca.pem", ca_pem)] {
             let aside = self.dir.join(format!(".{name}.new"));
             std::fs::write(&aside, text)?;

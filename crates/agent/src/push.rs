@@ -724,7 +724,7 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
-/// The bytes of [`TlsFiles`], read once so that what is digested is what is parsed.
+/// The bytes of [`TlsFiles`], read once: what a reload compares is what it parses.
 #[derive(PartialEq, Eq)]
 struct TlsPem {
     cert: Vec<u8>,

@@ -159,28 +159,16 @@ impl Sim {
         self.lock().push_targets.get(cluster).cloned()
     }
 
-    /// The document to push now, if the agent's `known` is not the current cursor and
-    /// this cursor was not pushed since `not_since`.
-    fn document_to_push(
-        &self,
-        cluster: &str,
-        pushed: Option<&(Cursor, Instant)>,
-        retry_after: Duration,
-    ) -> Option<(Cursor, Value, Option<String>)> {
+    /// The current cursor, its document and the bound UID, when the agent's `known` is
+    /// not that cursor.
+    fn document_to_push(&self, cluster: &str) -> Option<(Cursor, Value, Option<String>)> {
         let s = self.lock();
         let record = s.clusters.get(cluster)?;
         let cursor = Cursor {
             epoch: record.epoch.clone(),
             revision: record.revision,
         };
-        let link = record.push.as_ref()?;
-        if link.known.as_ref() == Some(&cursor) {
-            return None;
-        }
-        if let Some((c, at)) = pushed
-            && *c == cursor
-            && at.elapsed() < retry_after
-        {
+        if record.push.as_ref()?.known.as_ref() == Some(&cursor) {
             return None;
         }
         Some((cursor, Self::document(record)?, record.uid.clone()))
@@ -339,94 +327,133 @@ async fn call<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map_err(|e| CallFailure::Other(format!("malformed answer: {e}")))
 }
 
+/// One cluster's push-side state: what the module keeps between two jobs.
+struct ClusterDriver {
+    sim: Sim,
+    cluster: String,
+    /// Ask for a `full` status next.
+    full: bool,
+    last_full: Instant,
+    next_status: Instant,
+    /// The cursor last pushed and when: it is pushed again only after a poll interval
+    /// (after `incomplete`, or an answer lost), not in a loop.
+    pushed: Option<(Cursor, Instant)>,
+}
+
+impl ClusterDriver {
+    /// Polls `status` when due; `false` when the call failed.
+    async fn status_step(&mut self, http: &reqwest::Client, target: &PushTarget, poll: Duration) -> bool {
+        if self.last_full.elapsed() >= FULL_STATUS_EVERY {
+            self.full = true;
+        }
+        if !self.full && Instant::now() < self.next_status {
+            return true;
+        }
+        // Once bound, the UID goes along: an endpoint now serving another cluster refuses
+        // (`403 ClusterMismatch`) instead of answering its reports.
+        let params = StatusParams {
+            protocol_version: Some(PROTOCOL_VERSION),
+            full: self.full,
+            cluster_uid: self.sim.bound_uid(&self.cluster),
+        };
+        let stored = match call::<StatusResult>(http, target, METHOD_STATUS, &params).await {
+            Ok(result) => {
+                let more = result.more;
+                self.sim
+                    .status_received(&self.cluster, result)
+                    .map(|restarted| (restarted, more))
+            }
+            Err(e) => Err(e),
+        };
+        match stored {
+            Ok((restarted, more)) => {
+                if self.full {
+                    self.last_full = Instant::now();
+                }
+                self.full = restarted;
+                self.next_status = Instant::now() + if more { Duration::ZERO } else { poll };
+                true
+            }
+            Err(e) => {
+                self.sim.push_failed(&self.cluster, METHOD_STATUS, &e);
+                self.full = true;
+                false
+            }
+        }
+    }
+
+    /// Pushes the document when the agent's `known` differs; `false` when the call failed.
+    async fn apply_step(&mut self, http: &reqwest::Client, target: &PushTarget, poll: Duration) -> bool {
+        let Some((cursor, document, uid)) = self.sim.document_to_push(&self.cluster) else {
+            return true;
+        };
+        if self
+            .pushed
+            .as_ref()
+            .is_some_and(|(c, at)| *c == cursor && at.elapsed() < poll)
+        {
+            return true;
+        }
+        self.pushed = Some((cursor, Instant::now()));
+        let params = ApplyParams {
+            protocol_version: PROTOCOL_VERSION,
+            cluster_uid: uid,
+            document,
+        };
+        match call::<DocumentAck>(http, target, METHOD_APPLY, &params).await {
+            Ok(ack) => {
+                tracing::info!(cluster = %self.cluster, revision = ack.revision, outcome = ?ack.outcome, "push: document applied by the agent");
+                self.sim.applied(&self.cluster, ack);
+                true
+            }
+            Err(e) => {
+                self.sim.push_failed(&self.cluster, METHOD_APPLY, &e);
+                // Stale (a later revision there) is no failure: learn the agent's `known`.
+                self.full = true;
+                matches!(e, CallFailure::Stale(_))
+            }
+        }
+    }
+}
+
 /// Drives one cluster until its push target is removed.
 async fn drive_cluster(sim: Sim, cluster: String) {
     let mut changes = sim.subscribe();
     let mut http: Option<(PushTarget, reqwest::Client)> = None;
-    let mut full = true;
-    let mut last_full = Instant::now();
-    let mut next_status = Instant::now();
-    let mut pushed: Option<(Cursor, Instant)> = None;
+    let mut driver = ClusterDriver {
+        sim: sim.clone(),
+        cluster: cluster.clone(),
+        full: true,
+        last_full: Instant::now(),
+        next_status: Instant::now(),
+        pushed: None,
+    };
     let mut failures = 0u32;
     loop {
         let Some(target) = sim.push_target(&cluster) else {
             return;
         };
         if http.as_ref().is_none_or(|(t, _)| *t != target) {
-            match client(&target) {
-                Ok(c) => http = Some((target.clone(), c)),
+            http = match client(&target) {
+                Ok(c) => Some((target.clone(), c)),
                 Err(e) => {
                     sim.push_failed(&cluster, "configuration", &CallFailure::Other(e));
-                    http = None;
+                    None
                 }
-            }
+            };
         }
         let poll = Duration::from_secs(target.poll_seconds.max(1));
-        let mut failed = http.is_none();
-        if let Some((_, client)) = &http {
-            if last_full.elapsed() >= FULL_STATUS_EVERY {
-                full = true;
-            }
-            if full || Instant::now() >= next_status {
-                // Once bound, the UID goes along: an endpoint now serving another cluster
-                // refuses (`403 ClusterMismatch`) instead of answering its reports.
-                let params = StatusParams {
-                    protocol_version: Some(PROTOCOL_VERSION),
-                    full,
-                    cluster_uid: sim.bound_uid(&cluster),
-                };
-                match call::<StatusResult>(client, &target, METHOD_STATUS, &params).await {
-                    Ok(result) => {
-                        let more = result.more;
-                        match sim.status_received(&cluster, result) {
-                            Ok(restarted) => {
-                                if full {
-                                    last_full = Instant::now();
-                                }
-                                full = restarted;
-                                next_status = if more { Instant::now() } else { Instant::now() + poll };
-                            }
-                            Err(e) => {
-                                sim.push_failed(&cluster, METHOD_STATUS, &e);
-                                failed = true;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        sim.push_failed(&cluster, METHOD_STATUS, &e);
-                        full = true;
-                        failed = true;
-                    }
-                }
-            }
-            if !failed && let Some((cursor, document, uid)) = sim.document_to_push(&cluster, pushed.as_ref(), poll) {
-                let params = ApplyParams {
-                    protocol_version: PROTOCOL_VERSION,
-                    cluster_uid: uid,
-                    document,
-                };
-                pushed = Some((cursor, Instant::now()));
-                match call::<DocumentAck>(client, &target, METHOD_APPLY, &params).await {
-                    Ok(ack) => {
-                        tracing::info!(%cluster, revision = ack.revision, outcome = ?ack.outcome, "push: document applied by the agent");
-                        sim.applied(&cluster, ack);
-                    }
-                    Err(e) => {
-                        sim.push_failed(&cluster, METHOD_APPLY, &e);
-                        // A later revision there: learn the agent's `known` first.
-                        full = true;
-                        failed = !matches!(e, CallFailure::Stale(_));
-                    }
-                }
-            }
-        }
-        let wait = if failed {
+        let ok = match &http {
+            Some((_, c)) => driver.status_step(c, &target, poll).await && driver.apply_step(c, &target, poll).await,
+            None => false,
+        };
+        let wait = if ok {
+            failures = 0;
+            driver.next_status.saturating_duration_since(Instant::now())
+        } else {
             failures = failures.saturating_add(1);
             let jitter = f64::from(Timestamp::now().subsec_nanosecond().unsigned_abs() % 1000) / 1000.0;
             Backoff::default().delay(failures - 1, jitter)
-        } else {
-            failures = 0;
-            next_status.saturating_duration_since(Instant::now())
         };
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { return },
