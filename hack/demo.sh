@@ -28,7 +28,9 @@ CLUSTER_NAME=demo
 DEMO_SCOPE="--watch-namespace demo --allowed-namespaces demo"
 
 log "building the app controller, the runbook engine, the agent and odoo-sim"
-cargo build --quiet -p app-controller -p engines --bin runbook-engine -p agent -p odoo-sim
+# `--bins` (not `--bin X`): a `--bin` filter applies to every `-p`, which once left agent,
+# app-controller and odoo-sim unbuilt on a fresh machine.
+cargo build --quiet --bins -p app-controller -p engines -p agent -p odoo-sim
 mkdir -p "$CLUSTER_DIR/logs" "$CLUSTER_DIR/pids" "$CLUSTER_DIR/demo"
 
 # start NAME READY_URL ARGS...: (re)starts a process in the cluster's network namespace.
