@@ -138,7 +138,8 @@ wait_crds_established() {
   local deadline=$((SECONDS + 60)) out
   local fmt='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Established")].status}{"\n"}{end}'
   while :; do
-    out=$(kubectl_ get crd -o "jsonpath=$fmt") && ! grep -v '=True$' <<<"$out" | grep -q . && return
+    # stderr dropped: while a CRD has no conditions yet, kubectl prints every CRD in full.
+    out=$(kubectl_ get crd -o "jsonpath=$fmt" 2>/dev/null) && ! grep -v '=True$' <<<"$out" | grep -q . && return
     (( SECONDS > deadline )) && die "CRDs not Established after 60s: $(grep -v '=True$' <<<"$out" | tr '\n' ' ')"
     sleep 0.2
   done

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The main job, end to end as the product runs: a real local cluster (built and cached
-# on first run) with Flux; the app controller and the runbook engine; the connectivity
-# agent in pull mode; and odoo-sim, the SIMULATOR of the Odoo control plane (not Odoo).
-# The sample application is declared as intent in the simulator, the agent pulls it and
-# applies an ApplicationInstance, Flux installs the chart, and the status travels back
-# (through the gRPC status channel) until the simulator shows it ready.
+# on first run) with Flux and Velero; the app controller and the four day-2 engines; the
+# connectivity agent in pull mode; and odoo-sim, the SIMULATOR of the Odoo control plane
+# (not Odoo). The sample application is declared as intent in the simulator, the agent
+# pulls it and applies an ApplicationInstance, Flux installs the chart, and the status
+# travels back (through the gRPC status channel) until the simulator shows it ready.
+# Then day-2, as Odoo drives it: a Backup, an Upgrade, and a failing Upgrade that is
+# rolled back and restored by itself; each step is one Operation declared in the
+# simulator and followed as the simulator sees it. It ends with the simulator's view.
 # `just demo push` runs the agent in push mode instead: the simulator, playing the Odoo
 # module's push side, calls the agent's endpoint with the document and polls its status
 # (plain http with --push-insecure-http: a development setting, as --insecure-allow-http
@@ -14,24 +17,59 @@ source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 MODE=${1:-pull}
 [[ $MODE == pull || $MODE == push ]] || die "usage: just demo [pull|push]"
+T0=$SECONDS
+
+# Ports of the demo's own processes, used by no other recipe (e2e tests and benchmarks
+# pick free ports at run time), so the demo can keep running beside them.
+SIM_URL=http://127.0.0.1:18069
+CHANNEL=127.0.0.1:19091
+PUSH_ADDR=127.0.0.1:18443
+declare -A ADMIN=([app-controller]=18090 [runbook-engine]=18091 [agent]=18092
+                  [backup-engine]=18093 [restore-engine]=18094 [upgrade-engine]=18095)
+CLUSTER_NAME=demo
+NS=demo
+APP=hello
+# Confined to the demo namespace, so the demo can keep running beside `just e2e`.
+DEMO_SCOPE="--watch-namespace $NS --allowed-namespaces $NS"
+BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
+BINARIES=(odoo-sim agent app-controller backup-engine restore-engine upgrade-engine runbook-engine)
 
 "$HACK_DIR/cluster.sh" up
 source "$CLUSTER_DIR/env"
 kubectl_() { "$HACK_DIR/cluster.sh" exec "$VWS_BIN_DIR/kubectl" "$@"; }
 in_ns() { "$HACK_DIR/cluster.sh" exec "$@"; }
 
-SIM_URL=http://127.0.0.1:18069
-CHANNEL=127.0.0.1:19091
-PUSH_ADDR=127.0.0.1:18443
-CLUSTER_NAME=demo
-# Confined to the demo namespace, so the demo can keep running beside `just e2e`.
-DEMO_SCOPE="--watch-namespace demo --allowed-namespaces demo"
-
-log "building the app controller, the runbook engine, the agent and odoo-sim"
-# `--bins` (not `--bin X`): a `--bin` filter applies to every `-p`, which once left agent,
-# app-controller and odoo-sim unbuilt on a fresh machine.
-cargo build --quiet --bins -p app-controller -p engines -p agent -p odoo-sim
+log "building ${BINARIES[*]}"
+# `--bins` for every package: a `--bin X` filter applies to every `-p`, which once left
+# agent, app-controller and odoo-sim unbuilt on a fresh machine.
+cargo build --quiet --bins -p odoo-sim -p agent -p app-controller -p engines
+for b in "${BINARIES[@]}"; do
+  [[ -x $BIN/$b ]] || die "cargo build did not produce $BIN/$b"
+done
 mkdir -p "$CLUSTER_DIR/logs" "$CLUSTER_DIR/pids" "$CLUSTER_DIR/demo"
+
+# Every process the demo depends on (the cluster's and its own): if one exits, the demo
+# stops at once and shows that process's log instead of waiting for a state that
+# cannot come.
+WATCHED=()
+watch_all_running() {
+  local f
+  WATCHED=()
+  for f in "$CLUSTER_DIR"/pids/*.pid; do
+    [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && WATCHED+=("$(basename "$f" .pid)")
+  done
+}
+check_alive() {
+  local name pid
+  for name in "${WATCHED[@]}" "$@"; do
+    pid=$(cat "$CLUSTER_DIR/pids/$name.pid" 2>/dev/null) || pid=""
+    if [[ -z $pid ]] || ! kill -0 "$pid" 2>/dev/null; then
+      echo "---- last 40 lines of $CLUSTER_DIR/logs/$name.log ----" >&2
+      tail -n 40 "$CLUSTER_DIR/logs/$name.log" >&2 || true
+      die "$name exited; see $CLUSTER_DIR/logs/$name.log"
+    fi
+  done
+}
 
 # start NAME READY_URL ARGS...: (re)starts a process in the cluster's network namespace.
 start() {
@@ -40,74 +78,138 @@ start() {
   if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     kill "$(cat "$pidfile")"; sleep 1
   fi
+  rm -f "$pidfile"
   ip netns exec "$VWS_NETNS" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$pidfile" \
     env KUBECONFIG="$KUBECONFIG" "$@" >> "$CLUSTER_DIR/logs/$name.log" 2>&1 < /dev/null &
+  for _ in $(seq 50); do [[ -s $pidfile ]] && break; sleep 0.1; done
   for _ in $(seq 60); do
     in_ns curl -fsS "$ready" >/dev/null 2>&1 && { log "$name ready (log $CLUSTER_DIR/logs/$name.log)"; return; }
+    check_alive "$name"
     sleep 0.5
   done
   die "$name did not become ready; see $CLUSTER_DIR/logs/$name.log"
 }
+admin() { echo "http://127.0.0.1:${ADMIN[$1]}"; }
 
 # The simulator keeps its state in a file, so a re-run finds its cluster record again.
 key_file="$CLUSTER_DIR/demo/api-key"
 [[ -s $key_file ]] || python3 -c 'import secrets; print("vws-demo-" + secrets.token_hex(16), end="")' > "$key_file"
-start odoo-sim "$SIM_URL/sim/health" "$REPO_ROOT/target/debug/odoo-sim" serve --listen "${SIM_URL#http://}" \
+start odoo-sim "$SIM_URL/sim/health" "$BIN/odoo-sim" serve --listen "${SIM_URL#http://}" \
   --state-file "$CLUSTER_DIR/demo/sim-state.json" --cluster "$CLUSTER_NAME" --api-key-file "$key_file"
-sim() { in_ns env ODOO_SIM_URL="$SIM_URL" "$REPO_ROOT/target/debug/odoo-sim" "$@"; }
+sim() { in_ns env ODOO_SIM_URL="$SIM_URL" "$BIN/odoo-sim" "$@"; }
 if [[ $MODE == pull ]]; then
   sim unset-push "$CLUSTER_NAME" >/dev/null   # a previous `just demo push` left a push target
-  start agent http://127.0.0.1:18092/livez "$REPO_ROOT/target/debug/agent" \
+  start agent "$(admin agent)/livez" "$BIN/agent" \
     --control-plane-url "$SIM_URL" --insecure-allow-http --api-key-file "$key_file" \
-    --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr 127.0.0.1:18092 \
+    --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr "127.0.0.1:${ADMIN[agent]}" \
     --status-channel-addr "$CHANNEL" --sync-interval 5s   # new intent is pulled at the next sync (default 30s)
 else
   token_file="$CLUSTER_DIR/demo/push-token"
   [[ -s $token_file ]] || python3 -c 'import secrets; print("vws-push-" + secrets.token_hex(16), end="")' > "$token_file"
-  start agent http://127.0.0.1:18092/livez "$REPO_ROOT/target/debug/agent" \
+  start agent "$(admin agent)/livez" "$BIN/agent" \
     --mode push --push-addr "$PUSH_ADDR" --push-insecure-http --push-token-file "$token_file" \
-    --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr 127.0.0.1:18092 --status-channel-addr "$CHANNEL"
+    --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr "127.0.0.1:${ADMIN[agent]}" --status-channel-addr "$CHANNEL"
   log "odoo-sim now plays the module's push side: it calls http://$PUSH_ADDR (apply on intent, status every second)"
   sim set-push "$CLUSTER_NAME" --endpoint "http://$PUSH_ADDR" --token-file "$token_file" --poll-seconds 1 >/dev/null
 fi
-start app-controller http://127.0.0.1:18090/readyz "$REPO_ROOT/target/debug/app-controller" \
-  $DEMO_SCOPE --admin-addr 127.0.0.1:18090 --status-channel-endpoint "http://$CHANNEL"
-start runbook-engine http://127.0.0.1:18091/readyz "$REPO_ROOT/target/debug/runbook-engine" \
-  $DEMO_SCOPE --admin-addr 127.0.0.1:18091 --status-channel-endpoint "http://$CHANNEL"
+for name in app-controller backup-engine restore-engine upgrade-engine runbook-engine; do
+  start "$name" "$(admin "$name")/readyz" "$BIN/$name" \
+    $DEMO_SCOPE --admin-addr "127.0.0.1:${ADMIN[$name]}" --status-channel-endpoint "http://$CHANNEL"
+done
+watch_all_running
+
+# follow KIND NAME DONE_REGEX SECONDS: prints each change of the simulator's view of one
+# object (Odoo's side) with the time since the step began, until the status matches
+# DONE_REGEX; sets FOLLOWED to the last line. Fails if a watched process exits or time runs out.
+FOLLOWED=""
+follow() {
+  local kind=$1 name=$2 done_re=$3 secs=$4 t0=$SECONDS last="" line
+  while :; do
+    check_alive
+    line=$(sim show "$CLUSTER_NAME" 2>/dev/null | python3 "$HACK_DIR/demo_view.py" line "$kind" "$NS" "$name" || true)
+    if [[ -n $line && $line != "$last" ]]; then
+      printf '  %6ss  %s\n' "$((SECONDS - t0))" "$line" >&2; last=$line
+    fi
+    FOLLOWED=$line
+    [[ ${line%% *} =~ ^($done_re)$ ]] && return 0
+    (( SECONDS - t0 > secs )) && die "$kind $NS/$name: no '$done_re' after ${secs}s (last: ${line:-nothing}); logs in $CLUSTER_DIR/logs/"
+    sleep 0.5
+  done
+}
+step() { echo >&2; log "── $* ──"; STEP_T0=$SECONDS; }
+step_done() { log "   done in $((SECONDS - STEP_T0))s: $*"; }
 
 # The namespace is the cluster owner's: the agent applies only inside its allow-list.
-kubectl_ create namespace demo --dry-run=client -o yaml | kubectl_ apply --server-side --field-manager=vws-demo -f - >/dev/null
-log "declaring intent in the simulator: application demo/hello (chart demo-app 0.1.0)"
-sim set-app "$CLUSTER_NAME" demo hello --spec e2e/samples/demo-app.json >/dev/null
+kubectl_ create namespace "$NS" --dry-run=client -o yaml | kubectl_ apply --server-side --field-manager=vws-demo -f - >/dev/null
+if kubectl_ get applicationinstance -n "$NS" "$APP" >/dev/null 2>&1; then
+  step "an earlier demo left $NS/$APP: Odoo deletes it first (explicit deletion intent)"
+  sim delete-app "$CLUSTER_NAME" "$NS" "$APP" >/dev/null
+  for _ in $(seq 240); do
+    kubectl_ get applicationinstance -n "$NS" "$APP" >/dev/null 2>&1 || break
+    check_alive; sleep 0.5
+  done
+  kubectl_ get applicationinstance -n "$NS" "$APP" >/dev/null 2>&1 && die "$NS/$APP was not deleted"
+  step_done "removed"
+fi
 
-log "following demo/hello as the simulator (Odoo's side, $MODE mode) sees it, until ready"
-last="" state=""
-for _ in $(seq 240); do
-  line=$(sim show "$CLUSTER_NAME" 2>/dev/null | python3 -c '
-import json, sys
-view = json.load(sys.stdin)
-o = next((o for o in view.get("objects", []) if o["namespace"] == "demo" and o["name"] == "hello"), None)
-if o:
-    r = (view.get("reports", {}).get("ApplicationInstance/demo/hello") or {}).get("report") or {}
-    ready = next((c for c in r.get("conditions", []) if c["type"] == "Ready"), {})
-    print(o.get("status", "?"), "|", ready.get("reason", "-"), ready.get("message", "")[:100])
-' || true)
-  state=${line%% *}
-  if [[ -n $line && $line != "$last" ]]; then log "odoo-sim: $line"; last=$line; fi
-  [[ $state == ready ]] && break
-  sleep 0.5
-done
-echo
-kubectl_ get applicationinstances,helmreleases,helmrepositories -n demo
-kubectl_ get deployments,configmaps -n demo -l app.kubernetes.io/instance=hello
-echo
-echo "greeting rendered by the chart: $(kubectl_ get configmap hello-config -n demo -o jsonpath='{.data.greeting}')"
+step "install: Odoo declares $NS/$APP (chart demo-app 0.1.0); the agent pulls it, Flux installs it ($MODE mode)"
+sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec e2e/samples/demo-app.json >/dev/null
+follow ApplicationInstance "$APP" ready 180
+step_done "$FOLLOWED"
+kubectl_ get applicationinstances,helmreleases,helmrepositories -n "$NS"
+kubectl_ get deployments,configmaps -n "$NS" -l app.kubernetes.io/instance="$APP"
+log "greeting rendered by the chart: $(kubectl_ get configmap "$APP-config" -n "$NS" -o jsonpath='{.data.greeting}')"
+
+# Day-2. Operation names and request ids are new on each run (Operations are immutable,
+# and a replayed requestId ends DuplicateRequest without acting).
+RUN=$(date +%H%M%S)
+DEADLINE=$(date -u -d '+20 min' +%Y-%m-%dT%H:%M:%SZ)
+# declare_op NAME TYPE PARAMS_JSON: Odoo declares an Operation on the app.
+declare_op() {
+  local name=$1 type=$2 params=$3 field
+  field=$(tr '[:upper:]' '[:lower:]' <<<"$type")
+  printf '{"type":"%s","applicationRef":{"name":"%s"},"requestId":"demo-%s","deadline":"%s","%s":%s}' \
+    "$type" "$APP" "$name" "$DEADLINE" "$field" "$params" | sim set-op "$CLUSTER_NAME" "$NS" "$name" --spec - >/dev/null
+}
+
+step "backup: Odoo asks for a Backup Operation (Velero, to S3 on loopback)"
+declare_op "$APP-backup-$RUN" Backup '{"ttl":"72h"}'
+follow Operation "$APP-backup-$RUN" 'succeeded|failed|expired|refused' 180
+[[ ${FOLLOWED%% *} == succeeded ]] || die "the backup did not succeed: $FOLLOWED"
+step_done "$FOLLOWED"
+
+step "upgrade: Odoo asks for demo-app 0.2.0 with a new greeting (Upgrade Operation, Flux upgrades)"
+declare_op "$APP-upgrade-$RUN" Upgrade '{"chartVersion":"0.2.0","valuesPatch":{"greeting":"Hello again, from demo-app 0.2.0"}}'
+follow Operation "$APP-upgrade-$RUN" 'succeeded|failed|expired|refused' 240
+[[ ${FOLLOWED%% *} == succeeded ]] || die "the upgrade did not succeed: $FOLLOWED"
+# As protocol.md asks: the Operation now owns the version (the agent acknowledges the old
+# intent as a conflict), so Odoo adopts what is in force.
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); s["chart"]["version"]="0.2.0"; s["values"]["greeting"]=sys.argv[2]; print(json.dumps(s))' \
+  e2e/samples/demo-app.json "Hello again, from demo-app 0.2.0" | sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec - >/dev/null
+follow ApplicationInstance "$APP" ready 120
+step_done "greeting now: $(kubectl_ get configmap "$APP-config" -n "$NS" -o jsonpath='{.data.greeting}')"
+
+step "failing upgrade: Odoo asks for demo-app 0.3.0 (broken on purpose) with backupFirst and onFailure RollbackAndRestore"
+declare_op "$APP-broken-$RUN" Upgrade '{"chartVersion":"0.3.0","backupFirst":true,"onFailure":"RollbackAndRestore"}'
+follow Operation "$APP-broken-$RUN" 'succeeded|failed|expired|refused' 420
+[[ ${FOLLOWED%% *} == failed && $FOLLOWED == *UpgradeFailed* ]] \
+  || die "the broken upgrade should fail with UpgradeFailed after its rollback and restore: $FOLLOWED"
+follow ApplicationInstance "$APP" ready 120
+[[ $FOLLOWED == *"deployed 0.2.0"* ]] || die "the app is not back on 0.2.0: $FOLLOWED"
+step_done "rolled back to 0.2.0 and restored from the pre-upgrade backup; greeting: $(kubectl_ get configmap "$APP-config" -n "$NS" -o jsonpath='{.data.greeting}')"
+
+echo >&2
+log "what Odoo sees (odoo-sim show $CLUSTER_NAME, condensed):"
+sim show "$CLUSTER_NAME" | python3 "$HACK_DIR/demo_view.py" table
+kubectl_ get operations -n "$NS"
+log "demo finished in $((SECONDS - T0))s"
 cat <<MSG
 
 Everything keeps running (in network namespace $VWS_NETNS). Try:
-  just in-cluster target/debug/odoo-sim --url $SIM_URL show $CLUSTER_NAME     # what Odoo sees
-  just in-cluster kubectl get ai -A
-  just in-cluster curl -s http://127.0.0.1:18092/metrics | grep vworkspace_agent
+  just in-cluster target/debug/odoo-sim --url $SIM_URL show $CLUSTER_NAME     # what Odoo sees, in full
+  just in-cluster kubectl get ai,vop -A                                      # ApplicationInstances, Operations
+  just in-cluster kubectl get configmap $APP-revisions -n $NS -o yaml            # the revision history
+  just in-cluster kubectl get backups.velero.io,restores.velero.io -n velero
+  just in-cluster curl -s http://127.0.0.1:${ADMIN[agent]}/metrics | grep vworkspace_agent
   just cluster-down          # stop everything
 MSG
-[[ $state == ready ]] || die "demo/hello was not reported ready; see $CLUSTER_DIR/logs/"
