@@ -3,13 +3,16 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::{Api, api::ListParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::{TestContext, cluster_dir, deploy::free_port, eventually, process::ControllerProcess};
+use crate::{
+    TestContext, cluster_dir, eventually,
+    process::{ControllerProcess, free_loopback_addr, retry_address_race},
+};
 
 /// The `status.json` of an agent's status ConfigMap in `vworkspace-system`.
 pub async fn status_configmap(name: &str) -> anyhow::Result<Option<Value>> {
@@ -79,6 +82,8 @@ pub struct SimProcess {
     port: u16,
     log_name: String,
     restarts: u32,
+    /// The test's process scope (its waits watch the simulator too).
+    scope: String,
 }
 
 /// A test's working directory under the cluster dir.
@@ -98,7 +103,8 @@ pub fn api_key(tag: &str) -> String {
 }
 
 impl SimProcess {
-    /// Starts a simulator on a free port with one cluster record named after the test.
+    /// Starts a simulator on a free port with one cluster record named after the test
+    /// (on another port if it lost the race for the first).
     pub async fn start(ctx: &TestContext) -> anyhow::Result<Self> {
         let dir = work_dir(ctx)?;
         let key = api_key("good");
@@ -106,22 +112,29 @@ impl SimProcess {
         std::fs::write(&key_file, &key)?;
         let state_file = dir.join("sim-state.json");
         let _ = std::fs::remove_file(&state_file);
-        let port = free_port()?;
         let mut sim = Self {
             process: None,
-            url: format!("http://127.0.0.1:{port}"),
+            url: String::new(),
             cluster: format!("cluster-{}", ctx.namespace),
             key_file,
             key,
             state_file,
-            port,
+            port: 0,
             log_name: format!("odoo-sim-{}", ctx.namespace),
             restarts: 0,
+            scope: ctx.process_scope().to_owned(),
         };
-        sim.spawn().await?;
+        retry_address_race(async || {
+            let addr = free_loopback_addr()?;
+            sim.port = addr.port();
+            sim.url = format!("http://{addr}");
+            sim.spawn().await
+        })
+        .await?;
         Ok(sim)
     }
 
+    /// Starts the process on `self.port` and waits until it answers.
     async fn spawn(&mut self) -> anyhow::Result<()> {
         let listen = format!("127.0.0.1:{}", self.port);
         let state = self.state_file.to_string_lossy().into_owned();
@@ -132,6 +145,7 @@ impl SimProcess {
             format!("{}-{}", self.log_name, self.restarts)
         };
         let process = ControllerProcess::start(
+            &self.scope,
             "odoo-sim",
             &log_name,
             &[
@@ -150,17 +164,11 @@ impl SimProcess {
             &[("RUST_LOG", "info")],
         )
         .await?;
+        process
+            .wait_http_ok(&listen, "/sim/health", Duration::from_secs(20))
+            .await?;
         self.process = Some(process);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if http(&self.url, "GET", "/sim/health", None).await.is_ok() {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("odoo-sim did not answer on {} within 20s", self.url);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        Ok(())
     }
 
     /// Stops the simulator (SIGKILL): the agent sees connection errors.
@@ -171,7 +179,8 @@ impl SimProcess {
         Ok(())
     }
 
-    /// Starts it again on the same port with the same state file.
+    /// Starts it again on the same port with the same state file (the agent knows only
+    /// that URL: no retry on another port).
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.stop().await?;
         self.restarts += 1;
@@ -352,6 +361,7 @@ pub struct AgentProcess {
 /// logged.
 async fn spawn_agent(ctx: &TestContext, tag: &str, args: &[&str]) -> anyhow::Result<ControllerProcess> {
     ControllerProcess::start(
+        ctx.process_scope(),
         "agent",
         &format!("agent-{}{tag}", ctx.namespace),
         args,
@@ -363,7 +373,9 @@ async fn spawn_agent(ctx: &TestContext, tag: &str, args: &[&str]) -> anyhow::Res
     .await
 }
 
-/// Starts an agent for the test namespace against `sim`, with the key in `key_file`.
+/// Starts an agent for the test namespace against `sim`, with the key in `key_file`, and
+/// waits until its admin server answers (started again on new addresses if it lost the
+/// race for one).
 pub async fn start_agent(
     ctx: &TestContext,
     sim: &SimProcess,
@@ -371,43 +383,47 @@ pub async fn start_agent(
     tag: &str,
     extra: &[&str],
 ) -> anyhow::Result<AgentProcess> {
-    let admin_addr = format!("127.0.0.1:{}", free_port()?);
-    let channel_addr = format!("127.0.0.1:{}", free_port()?);
     let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
     let key = key_file.to_string_lossy().into_owned();
-    let mut args = vec![
-        "--control-plane-url",
-        sim.url.as_str(),
-        "--insecure-allow-http",
-        "--api-key-file",
-        key.as_str(),
-        "--cluster-name",
-        sim.cluster.as_str(),
-        "--watch-namespace",
-        ctx.namespace.as_str(),
-        "--allowed-namespaces",
-        ctx.namespace.as_str(),
-        "--admin-addr",
-        admin_addr.as_str(),
-        "--sync-interval",
-        "2s",
-        "--request-timeout",
-        "3s",
-        "--max-backoff",
-        "4s",
-        "--status-configmap",
-        status_configmap.as_str(),
-        "--status-channel-addr",
-        channel_addr.as_str(),
-    ];
-    args.extend_from_slice(extra);
-    let process = spawn_agent(ctx, tag, &args).await?;
-    Ok(AgentProcess {
-        process,
-        admin_addr,
-        status_configmap,
-        status_channel: format!("http://{channel_addr}"),
+    retry_address_race(async || {
+        let admin_addr = free_loopback_addr()?.to_string();
+        let channel_addr = free_loopback_addr()?.to_string();
+        let mut args = vec![
+            "--control-plane-url",
+            sim.url.as_str(),
+            "--insecure-allow-http",
+            "--api-key-file",
+            key.as_str(),
+            "--cluster-name",
+            sim.cluster.as_str(),
+            "--watch-namespace",
+            ctx.namespace.as_str(),
+            "--allowed-namespaces",
+            ctx.namespace.as_str(),
+            "--admin-addr",
+            admin_addr.as_str(),
+            "--sync-interval",
+            "2s",
+            "--request-timeout",
+            "3s",
+            "--max-backoff",
+            "4s",
+            "--status-configmap",
+            status_configmap.as_str(),
+            "--status-channel-addr",
+            channel_addr.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        let process = spawn_agent(ctx, tag, &args).await?;
+        process.wait_http_ok(&admin_addr, "/livez", AGENT_TIMEOUT).await?;
+        Ok(AgentProcess {
+            process,
+            admin_addr,
+            status_configmap: status_configmap.clone(),
+            status_channel: format!("http://{channel_addr}"),
+        })
     })
+    .await
 }
 
 /// Minimal HTTP/1.1 request on loopback; returns (status, body).
@@ -578,7 +594,8 @@ pub struct PushAgent {
 
 /// Starts an agent in push mode for the test namespace: TLS with `pki`'s server
 /// certificate, the token in `token_file`, client certificates required when
-/// `client_ca` is set. No control plane: the agent makes no outbound call.
+/// `client_ca` is set. No control plane: the agent makes no outbound call. Waits until its
+/// admin server answers, as [`start_agent`].
 pub async fn start_push_agent(
     ctx: &TestContext,
     pki: &PushPki,
@@ -586,8 +603,6 @@ pub async fn start_push_agent(
     client_ca: bool,
     tag: &str,
 ) -> anyhow::Result<PushAgent> {
-    let admin_addr = format!("127.0.0.1:{}", free_port()?);
-    let push_addr = format!("127.0.0.1:{}", free_port()?);
     let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
     let token = token_file.to_string_lossy().into_owned();
     let (cert, key, ca) = (
@@ -595,43 +610,49 @@ pub async fn start_push_agent(
         pki.path("server-key.pem"),
         pki.path("client-ca.pem"),
     );
-    let mut args = vec![
-        "--mode",
-        "push",
-        "--push-addr",
-        push_addr.as_str(),
-        "--push-tls-cert",
-        cert.as_str(),
-        "--push-tls-key",
-        key.as_str(),
-        "--push-token-file",
-        token.as_str(),
-        "--cluster-name",
-        "push-e2e",
-        "--watch-namespace",
-        ctx.namespace.as_str(),
-        "--allowed-namespaces",
-        ctx.namespace.as_str(),
-        "--admin-addr",
-        admin_addr.as_str(),
-        "--status-configmap",
-        status_configmap.as_str(),
-        "--status-channel-addr",
-        "off",
-    ];
-    if client_ca {
-        args.extend(["--push-client-ca", ca.as_str()]);
-    }
-    let process = spawn_agent(ctx, tag, &args).await?;
-    Ok(PushAgent {
-        agent: AgentProcess {
-            process,
-            admin_addr,
-            status_configmap,
-            status_channel: String::new(),
-        },
-        url: format!("https://{push_addr}"),
+    retry_address_race(async || {
+        let admin_addr = free_loopback_addr()?.to_string();
+        let push_addr = free_loopback_addr()?.to_string();
+        let mut args = vec![
+            "--mode",
+            "push",
+            "--push-addr",
+            push_addr.as_str(),
+            "--push-tls-cert",
+            cert.as_str(),
+            "--push-tls-key",
+            key.as_str(),
+            "--push-token-file",
+            token.as_str(),
+            "--cluster-name",
+            "push-e2e",
+            "--watch-namespace",
+            ctx.namespace.as_str(),
+            "--allowed-namespaces",
+            ctx.namespace.as_str(),
+            "--admin-addr",
+            admin_addr.as_str(),
+            "--status-configmap",
+            status_configmap.as_str(),
+            "--status-channel-addr",
+            "off",
+        ];
+        if client_ca {
+            args.extend(["--push-client-ca", ca.as_str()]);
+        }
+        let process = spawn_agent(ctx, tag, &args).await?;
+        process.wait_http_ok(&admin_addr, "/livez", AGENT_TIMEOUT).await?;
+        Ok(PushAgent {
+            agent: AgentProcess {
+                process,
+                admin_addr,
+                status_configmap: status_configmap.clone(),
+                status_channel: String::new(),
+            },
+            url: format!("https://{push_addr}"),
+        })
     })
+    .await
 }
 
 /// `POST <url>/json/2/vworkspace.agent/<method>` with `token` as bearer; returns the

@@ -1,5 +1,13 @@
 //! Shared pieces of the benchmark binaries (`bench-app`, `bench-ops`, `bench-agent`):
 //! figures are printed, never asserted.
+//!
+//! A benchmark starts its processes with [`ControllerProcess::start_with_admin`] (a free
+//! loopback port for every admin server: no fixed port, so a benchmark can run beside
+//! `just demo` or another benchmark), and every wait here stops, with the log, as soon as
+//! one of them has exited while nobody stopped it: every process this binary started is
+//! its own.
+//!
+//! [`ControllerProcess::start_with_admin`]: crate::process::ControllerProcess::start_with_admin
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +16,27 @@ use kube::{
     Api, Client,
     api::{DeleteParams, PostParams},
 };
+
+use crate::process::check_exits;
+
+/// Fails, with its log, if a process this benchmark started has exited unexpectedly.
+pub fn check_processes(what: &str) -> anyhow::Result<()> {
+    Ok(check_exits(None, what)?)
+}
+
+/// Sleeps `duration` (a settling or measuring window), failing at once if a process this
+/// benchmark started exits meanwhile.
+pub async fn pause(what: &str, duration: Duration) -> anyhow::Result<()> {
+    let end = Instant::now() + duration;
+    loop {
+        check_processes(what)?;
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        tokio::time::sleep(left.min(Duration::from_millis(200))).await;
+    }
+}
 
 /// Resident set size of `pid` in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
@@ -52,13 +81,15 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx]
 }
 
-/// Deletes (and waits for) then creates the namespace `name`.
+/// Deletes (and waits for) then creates the namespace `name`. The deletion may need a
+/// controller this benchmark started (finalizers): it fails at once if that one exits.
 pub async fn recreate_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     if api.get_opt(name).await?.is_some() {
         api.delete(name, &DeleteParams::default()).await?;
         let deadline = Instant::now() + Duration::from_secs(600);
         while api.get_opt(name).await?.is_some() {
+            check_processes(&format!("namespace {name} to be deleted"))?;
             anyhow::ensure!(Instant::now() < deadline, "namespace {name} not deleted after 10 min");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -68,7 +99,8 @@ pub async fn recreate_namespace(client: &Client, name: &str) -> anyhow::Result<(
     Ok(())
 }
 
-/// Polls `done` every 200 ms until it holds; returns how long that took.
+/// Polls `done` every 200 ms until it holds; returns how long that took. Fails at once if
+/// a process this benchmark started exits meanwhile.
 pub async fn wait_until(
     what: &str,
     timeout: Duration,
@@ -79,6 +111,7 @@ pub async fn wait_until(
         if done().await? {
             return Ok(start.elapsed());
         }
+        check_processes(what)?;
         anyhow::ensure!(
             start.elapsed() < timeout,
             "timed out after {timeout:?} waiting for {what}"

@@ -6,7 +6,6 @@
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
-    time::Duration,
 };
 
 use anyhow::{Context as _, bail};
@@ -230,12 +229,6 @@ pub fn is_forbidden<T>(result: &Result<T, kube::Error>) -> bool {
     matches!(result, Err(kube::Error::Api(status)) if status.is_forbidden())
 }
 
-/// A free loopback port (bound and released; good enough for a test's admin server).
-pub fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
 /// Minimal HTTP/1.0 GET on loopback (the admin server); returns the body.
 pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
@@ -263,20 +256,6 @@ pub fn metric_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
         .filter(|l| labels.iter().all(|want| l.contains(want)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// Waits until the admin server at `addr` answers `/readyz` with 200.
-pub async fn wait_admin_ready(addr: &str, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        match http_get(addr, "/readyz").await {
-            Ok(_) => return Ok(()),
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                bail!("admin server {addr} not ready after {timeout:?}: {e:#}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 /// The holder of a Lease (None when absent or free).

@@ -112,6 +112,12 @@ impl TestContext {
         })
     }
 
+    /// The scope of the processes this test starts ([`process::ControllerProcess::start`]):
+    /// its waits fail when one of them exits unexpectedly, other tests' waits do not.
+    pub fn process_scope(&self) -> &str {
+        &self.namespace
+    }
+
     /// A typed API in the test namespace.
     pub fn api<K>(&self) -> Api<K>
     where
@@ -290,7 +296,9 @@ where
 }
 
 /// Polls `probe` until it returns `Some`, or fails after `timeout` with `what`, the last
-/// observed state and the test context's diagnostics.
+/// observed state and the test context's diagnostics. Fails at once, with its log, when a
+/// process the test started (scope: its namespace) has exited while nobody stopped it:
+/// waiting on would only end in a timeout that hides why.
 pub async fn eventually<T, F, Fut>(ctx: &TestContext, what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
@@ -303,6 +311,9 @@ where
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(state)) => last = state,
             Err(e) => last = format!("error: {e:#}"),
+        }
+        if let Err(exited) = process::check_exits(Some(ctx.process_scope()), what) {
+            bail!("{exited}\nlast observed: {last}\n{}", ctx.diagnostics().await);
         }
         if tokio::time::Instant::now() >= deadline {
             bail!(

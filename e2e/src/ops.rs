@@ -19,11 +19,13 @@ pub async fn start_engine(ctx: &TestContext, binary: &str, extra: &[&str]) -> an
         ctx.namespace.as_str(),
         "--allowed-namespaces",
         ctx.namespace.as_str(),
+        // Port 0: the kernel picks a free one; the tests never call this admin server.
         "--admin-addr",
         "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
     ControllerProcess::start(
+        ctx.process_scope(),
         binary,
         &format!("{binary}-{}", ctx.namespace),
         &args,

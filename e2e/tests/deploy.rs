@@ -18,9 +18,9 @@ use e2e::{
     TestContext,
     apps::{RELEASE_TIMEOUT, app, apply_app, condition, wait_deployed, wait_ready},
     deploy::{
-        self, OVERLAYS, SYSTEM_NAMESPACE, client_from, container, container_args, deployment, free_port, http_get, id,
+        self, OVERLAYS, SYSTEM_NAMESPACE, client_from, container, container_args, deployment, http_get, id,
         impersonating_kubeconfig, is_flux, is_forbidden, kind, lease_holder, metric_sum, name, namespace,
-        rbac_wildcards, to_yaml, wait_admin_ready,
+        rbac_wildcards, to_yaml,
     },
     dynamic_api, eventually, flux,
     process::ControllerProcess,
@@ -349,17 +349,18 @@ async fn start_as_service_account(
         .unwrap_or_default()
         .to_owned();
     let kubeconfig = impersonating_kubeconfig(namespace(dep), &sa, &format!("{sa}-{}", ctx.namespace))?;
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let mut args = container_args(dep);
-    args.extend(["--admin-addr".to_owned(), admin.clone()]);
-    args.extend(extra_args.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let pod = format!("{}-{}", name(dep), ctx.namespace);
     let kubeconfig_str = kubeconfig.to_string_lossy().into_owned();
-    let controller = ControllerProcess::start(
+    let (controller, admin) = ControllerProcess::start_with_admin(
+        ctx.process_scope(),
         APP_CONTROLLER,
         &format!("app-controller-{}", ctx.namespace),
-        &args,
+        |admin| {
+            let mut args = container_args(dep);
+            args.extend(["--admin-addr".to_owned(), admin.to_owned()]);
+            args.extend(extra_args.iter().map(|s| s.to_string()));
+            args
+        },
         &[
             ("KUBECONFIG", kubeconfig_str.as_str()),
             ("POD_NAME", pod.as_str()),
@@ -368,7 +369,9 @@ async fn start_as_service_account(
         ],
     )
     .await?;
-    wait_admin_ready(&admin, Duration::from_secs(60)).await?;
+    controller
+        .wait_http_ok(&admin, "/readyz", Duration::from_secs(60))
+        .await?;
     Ok((controller, pod, kubeconfig))
 }
 
@@ -634,39 +637,45 @@ fn lease_name(ctx: &TestContext) -> String {
 
 impl Replica {
     async fn start(ctx: &TestContext, identity: &'static str) -> anyhow::Result<Self> {
-        let admin = format!("127.0.0.1:{}", free_port()?);
         // As the ServiceAccount (e2e default): its Lease rights are in the system namespace.
         let lease = lease_name(ctx);
-        let args = [
-            "--leader-elect",
-            "--log-format=json",
-            "--lease-name",
-            &lease,
-            "--lease-namespace",
-            SYSTEM_NAMESPACE,
-            "--lease-duration",
-            "4s",
-            "--renew-deadline",
-            "3s",
-            "--retry-period",
-            "1s",
-            "--identity",
-            identity,
-            "--watch-namespace",
-            ctx.namespace.as_str(),
-            "--allowed-namespaces",
-            ctx.namespace.as_str(),
-            "--admin-addr",
-            admin.as_str(),
-        ];
-        let process = ControllerProcess::start(
+        let args = |admin: &str| {
+            [
+                "--leader-elect",
+                "--log-format=json",
+                "--lease-name",
+                &lease,
+                "--lease-namespace",
+                SYSTEM_NAMESPACE,
+                "--lease-duration",
+                "4s",
+                "--renew-deadline",
+                "3s",
+                "--retry-period",
+                "1s",
+                "--identity",
+                identity,
+                "--watch-namespace",
+                ctx.namespace.as_str(),
+                "--allowed-namespaces",
+                ctx.namespace.as_str(),
+                "--admin-addr",
+                admin,
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        };
+        // Neither replica may exit on its own: the leader is SIGKILLed (`kill`, an expected
+        // exit); a replica exiting after losing its Lease fails the test's waits at once.
+        let (process, admin) = ControllerProcess::start_with_admin(
+            ctx.process_scope(),
             APP_CONTROLLER,
             &format!("app-controller-{}-{identity}", ctx.namespace),
-            &args,
+            args,
             &[("RUST_LOG", "info")],
         )
         .await?;
-        wait_admin_ready(&admin, Duration::from_secs(60)).await?;
+        process.wait_http_ok(&admin, "/readyz", Duration::from_secs(60)).await?;
         Ok(Self {
             identity,
             admin,

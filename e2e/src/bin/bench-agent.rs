@@ -19,6 +19,9 @@
 //! The run is repeated with `--status-channel-addr off` (watches only) unless
 //! `--no-compare`. The agent's RSS is sampled throughout.
 //!
+//! Every process listens on a free loopback port picked at run time (so the benchmark runs
+//! beside `just demo`), and every wait stops with a process's log as soon as it exits.
+//!
 //! **(b) Fleet**, no cluster needed: one `odoo-sim` process with `--agents` cluster records
 //! (one API key each, one application intent each), and as many lightweight agents as
 //! tasks of this process, each speaking the real protocol through the agent's own
@@ -50,11 +53,11 @@ use e2e::{
     agent::http,
     apps::app,
     assert_loopback_only,
-    bench::{cpu_seconds, describe_ms, percentile, recreate_namespace, rss_kib, wait_until},
+    bench::{check_processes, cpu_seconds, describe_ms, pause, percentile, recreate_namespace, rss_kib, wait_until},
     client, cluster_dir,
-    deploy::{SYSTEM_NAMESPACE, free_port, http_get, metric_sum, wait_admin_ready},
+    deploy::{SYSTEM_NAMESPACE, http_get, metric_sum},
     ops::operation,
-    process::{ControllerProcess, binary_path},
+    process::{ControllerProcess, binary_path, free_loopback_addr, retry_address_race},
 };
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::Timestamp;
@@ -76,6 +79,8 @@ use protocol::{
 use serde_json::{Value, json};
 
 const FIELD_MANAGER: &str = "bench-agent";
+/// The scope of the processes this benchmark starts.
+const SCOPE: &str = "bench-agent";
 /// The Operations' application (suspended: a Runbook needs only the object).
 const HOST_APP: &str = "host";
 
@@ -166,26 +171,26 @@ struct Sim {
 }
 
 impl Sim {
-    /// Starts `odoo-sim serve` on a free port, with one cluster record when `cluster` is
-    /// given, and waits for it to answer.
+    /// Starts `odoo-sim serve` on a free port (another one if it lost the race for it),
+    /// with one cluster record when `cluster` is given, and waits for it to answer.
     async fn start(log_name: &str, cluster: Option<(&str, &PathBuf)>) -> anyhow::Result<Self> {
-        let listen = format!("127.0.0.1:{}", free_port()?);
         let key_file = cluster.map(|(_, f)| f.to_string_lossy().into_owned());
-        let mut args = vec!["serve", "--listen", listen.as_str()];
-        if let (Some((name, _)), Some(file)) = (cluster, key_file.as_deref()) {
-            args.extend(["--cluster", name, "--api-key-file", file]);
-        }
-        let process = ControllerProcess::start("odoo-sim", log_name, &args, &[("RUST_LOG", "warn")]).await?;
-        let sim = Self {
-            process,
-            url: format!("http://{listen}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while http(&sim.url, "GET", "/sim/health", None).await.is_err() {
-            anyhow::ensure!(Instant::now() < deadline, "odoo-sim did not answer on {}", sim.url);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(sim)
+        retry_address_race(async || {
+            let listen = free_loopback_addr()?.to_string();
+            let mut args = vec!["serve", "--listen", listen.as_str()];
+            if let (Some((name, _)), Some(file)) = (cluster, key_file.as_deref()) {
+                args.extend(["--cluster", name, "--api-key-file", file]);
+            }
+            let process = ControllerProcess::start(SCOPE, "odoo-sim", log_name, &args, &[("RUST_LOG", "warn")]).await?;
+            process
+                .wait_http_ok(&listen, "/sim/health", Duration::from_secs(20))
+                .await?;
+            Ok(Self {
+                process,
+                url: format!("http://{listen}"),
+            })
+        })
+        .await
     }
 
     async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
@@ -330,6 +335,8 @@ async fn delete_namespace(client: &Client, ns: &str, timeout: Duration) -> anyho
             println!("  (namespace {ns} still terminating after {timeout:?}; left to the API server)");
             return Ok(());
         }
+        // Its finalizers need the controllers this benchmark started.
+        check_processes(&format!("namespace {ns} to be deleted"))?;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(())
@@ -350,9 +357,10 @@ async fn latency_run(client: &Client, args: &Args, channel: bool) -> anyhow::Res
     );
 
     // The app-controller first, so a previous run's apps (with finalizers) can go away.
-    let channel_addr = format!("127.0.0.1:{}", free_port()?);
+    // The publishers need the agent's status channel address before the agent starts: a
+    // free port now; should another process take it meanwhile, the agent exits saying so.
+    let channel_addr = free_loopback_addr()?.to_string();
     let endpoint = format!("http://{channel_addr}");
-    let engine_admin = format!("127.0.0.1:{}", free_port()?);
     // The publishers: confined to the run's namespace, publishing to the agent's channel.
     let publisher_args = |admin: &str| {
         let mut a = vec![
@@ -370,9 +378,11 @@ async fn latency_run(client: &Client, args: &Args, channel: bool) -> anyhow::Res
         }
         a
     };
+    // Port 0: the kernel picks a free one; nothing here reads this controller's metrics.
     let controller_args = publisher_args("127.0.0.1:0");
     let controller_args: Vec<&str> = controller_args.iter().map(String::as_str).collect();
     let controller = ControllerProcess::start(
+        SCOPE,
         "app-controller",
         &format!("bench-agent-app-controller-{tag}"),
         &controller_args,
@@ -397,65 +407,81 @@ async fn latency_run(client: &Client, args: &Args, channel: bool) -> anyhow::Res
     std::fs::write(&key_file, api_key(tag))?;
     let sim = Sim::start(&format!("bench-agent-odoo-sim-{tag}"), Some((&cluster, &key_file))).await?;
 
-    let agent_admin = format!("127.0.0.1:{}", free_port()?);
     let key = key_file.to_string_lossy().into_owned();
     let configmap = format!("bench-agent-status-{tag}");
     // The agent's log filter (its log: <cluster dir>/logs/bench-agent-agent-<on|off>.log).
     let agent_log = std::env::var("BENCH_AGENT_AGENT_LOG").unwrap_or_else(|_| "info".to_owned());
-    let mut agent_args = vec![
-        "--control-plane-url",
-        sim.url.as_str(),
-        "--insecure-allow-http",
-        "--api-key-file",
-        key.as_str(),
-        "--cluster-name",
-        cluster.as_str(),
-        "--watch-namespace",
-        ns.as_str(),
-        "--allowed-namespaces",
-        ns.as_str(),
-        "--admin-addr",
-        agent_admin.as_str(),
-        "--sync-interval",
-        "30s",
-        "--status-configmap",
-        configmap.as_str(),
-        "--log-filter",
-        agent_log.as_str(),
-    ];
     let has_flag = agent_has_status_channel_flag();
-    if has_flag {
-        agent_args.extend([
-            "--status-channel-addr",
-            if channel { channel_addr.as_str() } else { "off" },
-        ]);
-    } else if channel {
+    if channel && !has_flag {
         println!("  (this agent has no --status-channel-addr yet: the run measures its watches only)");
     }
-    let agent = ControllerProcess::start(
+    let agent_args = |admin: &str| {
+        let mut a: Vec<String> = [
+            "--control-plane-url",
+            sim.url.as_str(),
+            "--insecure-allow-http",
+            "--api-key-file",
+            key.as_str(),
+            "--cluster-name",
+            cluster.as_str(),
+            "--watch-namespace",
+            ns.as_str(),
+            "--allowed-namespaces",
+            ns.as_str(),
+            "--admin-addr",
+            admin,
+            "--sync-interval",
+            "30s",
+            "--status-configmap",
+            configmap.as_str(),
+            "--log-filter",
+            agent_log.as_str(),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        if has_flag {
+            a.extend([
+                "--status-channel-addr".to_owned(),
+                if channel {
+                    channel_addr.clone()
+                } else {
+                    "off".to_owned()
+                },
+            ]);
+        }
+        a
+    };
+    let (agent, agent_admin) = ControllerProcess::start_with_admin(
+        SCOPE,
         "agent",
         &format!("bench-agent-agent-{tag}"),
-        &agent_args,
+        agent_args,
         &[("POD_NAMESPACE", SYSTEM_NAMESPACE)],
     )
     .await?;
     let pid = agent.pid().context("agent pid")?;
     // Ready = watches listed and the first sync succeeded.
-    wait_admin_ready(&agent_admin, Duration::from_secs(90)).await?;
+    agent
+        .wait_http_ok(&agent_admin, "/readyz", Duration::from_secs(90))
+        .await?;
 
-    let mut engine_args = publisher_args(&engine_admin);
-    engine_args.extend(["--concurrency".to_owned(), "16".to_owned()]);
-    let engine_args: Vec<&str> = engine_args.iter().map(String::as_str).collect();
-    let engine = ControllerProcess::start(
+    let (engine, engine_admin) = ControllerProcess::start_with_admin(
+        SCOPE,
         "runbook-engine",
         &format!("bench-agent-runbook-engine-{tag}"),
-        &engine_args,
+        |admin| {
+            let mut a = publisher_args(admin);
+            a.extend(["--concurrency".to_owned(), "16".to_owned()]);
+            a
+        },
         &[],
     )
     .await?;
-    wait_admin_ready(&engine_admin, Duration::from_secs(60)).await?;
+    engine
+        .wait_http_ok(&engine_admin, "/readyz", Duration::from_secs(60))
+        .await?;
     // Let the publishers connect and the host app's status settle.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    pause("the publishers to connect", Duration::from_secs(3)).await?;
     let rss_idle = rss_kib(pid).unwrap_or_default();
     let syncs_before = agent_metric(
         &agent_admin,
@@ -554,6 +580,7 @@ async fn latency_run(client: &Client, args: &Args, channel: bool) -> anyhow::Res
         if all || Instant::now() > deadline {
             break log;
         }
+        check_processes("the simulator to receive every final state")?;
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let duration = start.elapsed();
@@ -568,7 +595,7 @@ async fn latency_run(client: &Client, args: &Args, channel: bool) -> anyhow::Res
     let channel_events = agent_metric(&agent_admin, "vworkspace_agent_status_channel_events_total", &[]).await;
 
     // At rest: what the agent holds once nothing moves.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    pause("10 s at rest", Duration::from_secs(10)).await?;
     let rss_rest = rss_kib(pid).unwrap_or_default();
     sampler.abort();
 
@@ -1058,7 +1085,7 @@ async fn fleet(args: &Args) -> anyhow::Result<()> {
     let rss_spawned = rss_kib(me).unwrap_or_default();
 
     // Ramp: every agent starts within one interval, then registers, resyncs and acks.
-    tokio::time::sleep(interval + Duration::from_secs(5)).await;
+    pause("the fleet to ramp up", interval + Duration::from_secs(5)).await?;
     let ramp = sim.stats().await?;
     let (registered, synced, acked) = (
         counters.registered.load(Ordering::Relaxed),
@@ -1089,7 +1116,7 @@ async fn fleet(args: &Args) -> anyhow::Result<()> {
     let mut rss_peak = rss_kib(me).unwrap_or_default();
     let mut sim_rss_peak = rss_kib(sim_pid).unwrap_or_default();
     while window_start.elapsed() < args.fleet_window {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        pause("the fleet window to end", Duration::from_secs(1)).await?;
         rss_peak = rss_peak.max(rss_kib(me).unwrap_or_default());
         sim_rss_peak = sim_rss_peak.max(rss_kib(sim_pid).unwrap_or_default());
     }

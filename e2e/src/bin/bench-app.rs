@@ -10,7 +10,9 @@
 //! objects applied directly (operator overhead), (c) p50/p99 latency from HelmRelease
 //! Ready to ApplicationInstance Ready (client-side watch timestamps), (d) controller RSS
 //! idle and at N, (e) writes at rest after convergence. Runs inside the cluster netns
-//! (`just bench-app`), starting its own app-controller (release build).
+//! (`just bench-app`), starting its own app-controller (release build) with its admin
+//! server on a free port (so it runs beside `just demo`), and stops with the controller's
+//! log if it exits.
 
 use std::{
     collections::HashMap,
@@ -23,7 +25,7 @@ use api::ApplicationInstance;
 use e2e::{
     apps::app,
     assert_loopback_only,
-    bench::{percentile, recreate_namespace, rss_kib, wait_until},
+    bench::{check_processes, pause, percentile, recreate_namespace, rss_kib, wait_until},
     client,
     deploy::http_get,
     dynamic_api,
@@ -38,7 +40,8 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 
-const ADMIN: &str = "127.0.0.1:18091";
+/// The scope of the processes this benchmark starts.
+const SCOPE: &str = "bench-app";
 const CREATE_CONCURRENCY: usize = 16;
 
 struct Args {
@@ -99,8 +102,8 @@ fn spawn_ready_watch(api: Api<DynamicObject>) -> ReadyTimes {
     times
 }
 
-async fn controller_writes() -> anyhow::Result<f64> {
-    let body = http_get(ADMIN, "/metrics").await?;
+async fn controller_writes(admin: &str) -> anyhow::Result<f64> {
+    let body = http_get(admin, "/metrics").await?;
     Ok(body
         .lines()
         .filter(|l| l.starts_with("vworkspace_api_writes_total{"))
@@ -152,17 +155,22 @@ async fn main() -> anyhow::Result<()> {
     println!("bench-app: {n} ApplicationInstances, {mode}");
 
     let ns = format!("bench-app-{n}");
-    let mut controller = ControllerProcess::start(
+    let (mut controller, admin) = ControllerProcess::start_with_admin(
+        SCOPE,
         "app-controller",
         "bench-app-controller",
-        &["--admin-addr", ADMIN, "--concurrency", "8", "--log-filter", "warn"],
+        |admin| {
+            ["--admin-addr", admin, "--concurrency", "8", "--log-filter", "warn"]
+                .map(str::to_owned)
+                .to_vec()
+        },
         &[],
     )
     .await?;
     let pid = controller.pid().context("controller pid")?;
     // With the controller running, so a previous run's apps (with finalizers) go away.
     recreate_namespace(&client, &ns).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    pause("the controller to idle", Duration::from_secs(3)).await?;
     let rss_idle = rss_kib(pid).unwrap_or_default();
 
     let hr_api = dynamic_api(
@@ -270,6 +278,7 @@ async fn main() -> anyhow::Result<()> {
     let mut last_versions = String::new();
     let mut stable_since = Instant::now();
     while stable_since.elapsed() < Duration::from_secs(10) {
+        check_processes("the ApplicationInstances to settle")?;
         anyhow::ensure!(
             settle_start.elapsed() < args.timeout,
             "ApplicationInstances never settled"
@@ -292,9 +301,9 @@ async fn main() -> anyhow::Result<()> {
         "    (settled: no ApplicationInstance change for 10 s, {:.1}s after the last phase)",
         (settle_start.elapsed() - Duration::from_secs(10)).as_secs_f64()
     );
-    let (c0, a0) = (controller_writes().await?, apiserver_writes(&client).await?);
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    let (c1, a1) = (controller_writes().await?, apiserver_writes(&client).await?);
+    let (c0, a0) = (controller_writes(&admin).await?, apiserver_writes(&client).await?);
+    pause("30 s of writes at rest", Duration::from_secs(30)).await?;
+    let (c1, a1) = (controller_writes(&admin).await?, apiserver_writes(&client).await?);
     println!(
         "(d) controller RSS: idle {:.1} MiB, at {n} apps {:.1} MiB",
         rss_idle as f64 / 1024.0,

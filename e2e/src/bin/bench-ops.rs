@@ -10,7 +10,9 @@
 //! terminal phase), p50/p99 from creation to terminal phase (client-side watch
 //! timestamps), engine RSS idle/peak/after, writes per Operation (engine counter and
 //! API server counters) and writes at rest. Runs inside the cluster netns
-//! (`just bench-ops`), starting its own runbook-engine (release build).
+//! (`just bench-ops`), starting its own runbook-engine (release build) with its admin
+//! server on a free port (so it runs beside `just demo`), and stops with the engine's log
+//! if it exits.
 
 use std::{
     collections::HashMap,
@@ -23,9 +25,9 @@ use api::{ApplicationInstance, Operation};
 use e2e::{
     apps::app,
     assert_loopback_only,
-    bench::{percentile, recreate_namespace, rss_kib, wait_until},
+    bench::{pause, percentile, recreate_namespace, rss_kib, wait_until},
     client,
-    deploy::{http_get, metric_sum, wait_admin_ready},
+    deploy::{http_get, metric_sum},
     ops::operation,
     process::ControllerProcess,
 };
@@ -38,7 +40,8 @@ use kube::{
 };
 use serde_json::json;
 
-const ADMIN: &str = "127.0.0.1:18092";
+/// The scope of the processes this benchmark starts.
+const SCOPE: &str = "bench-ops";
 const NAMESPACE: &str = "bench-ops";
 const CREATE_CONCURRENCY: usize = 16;
 
@@ -127,9 +130,9 @@ async fn apiserver_writes(client: &Client) -> anyhow::Result<f64> {
     Ok(total)
 }
 
-async fn engine_writes() -> anyhow::Result<f64> {
+async fn engine_writes(admin: &str) -> anyhow::Result<f64> {
     Ok(metric_sum(
-        &http_get(ADMIN, "/metrics").await?,
+        &http_get(admin, "/metrics").await?,
         "vworkspace_api_writes_total",
         &[],
     ))
@@ -165,27 +168,32 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let concurrency = args.concurrency.to_string();
-    let engine = ControllerProcess::start(
+    let (engine, admin) = ControllerProcess::start_with_admin(
+        SCOPE,
         "runbook-engine",
         "bench-runbook-engine",
-        &[
-            "--watch-namespace",
-            NAMESPACE,
-            "--allowed-namespaces",
-            NAMESPACE,
-            "--admin-addr",
-            ADMIN,
-            "--concurrency",
-            &concurrency,
-        ],
+        |admin| {
+            [
+                "--watch-namespace",
+                NAMESPACE,
+                "--allowed-namespaces",
+                NAMESPACE,
+                "--admin-addr",
+                admin,
+                "--concurrency",
+                &concurrency,
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        },
         &[("RUST_LOG", "info")],
     )
     .await?;
     let pid = engine.pid().context("engine pid")?;
-    wait_admin_ready(ADMIN, Duration::from_secs(60)).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    engine.wait_http_ok(&admin, "/readyz", Duration::from_secs(60)).await?;
+    pause("the engine to idle", Duration::from_secs(2)).await?;
     let rss_idle = rss_kib(pid).unwrap_or_default();
-    let writes_before = engine_writes().await?;
+    let writes_before = engine_writes(&admin).await?;
     let api_before = apiserver_writes(&client).await?;
 
     let ops: Api<Operation> = Api::namespaced(client.clone(), NAMESPACE);
@@ -252,13 +260,13 @@ async fn main() -> anyhow::Result<()> {
             .collect()
     };
     relay.sort_by(f64::total_cmp);
-    let writes = engine_writes().await? - writes_before;
+    let writes = engine_writes(&admin).await? - writes_before;
     let api_writes = apiserver_writes(&client).await? - api_before;
     let rss_peak = *peak.lock().expect("lock");
 
     // At rest: nothing should be written any more.
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let rest_writes = engine_writes().await? - writes_before - writes;
+    pause("20 s of writes at rest", Duration::from_secs(20)).await?;
+    let rest_writes = engine_writes(&admin).await? - writes_before - writes;
     let rss_after = rss_kib(pid).unwrap_or_default();
 
     println!("  created {} Operations in {:.1} s", args.ops, created_in.as_secs_f64());
