@@ -409,4 +409,25 @@ impl ApplicationInstanceSpec {
     pub fn target_namespace_or<'a>(&'a self, own_namespace: &'a str) -> &'a str {
         self.target_namespace.as_deref().unwrap_or(own_namespace)
     }
+
+    /// Every namespace the spec reaches besides `own_namespace`, with the field that names it
+    /// (`spec.targetNamespace`, `spec.chart.sourceRef.namespace`, `spec.dependsOn[i].namespace`).
+    /// One tenant's app must not reach another tenant's namespace: the app controller refuses
+    /// these unless a cluster administrator allowed the pair.
+    pub fn foreign_namespaces<'a>(&'a self, own_namespace: &str) -> Vec<(String, &'a str)> {
+        let mut out = Vec::new();
+        if let Some(ns) = self.target_namespace.as_deref() {
+            out.push(("spec.targetNamespace".to_owned(), ns));
+        }
+        if let Some(ns) = self.chart.source_ref.as_ref().and_then(|r| r.namespace.as_deref()) {
+            out.push(("spec.chart.sourceRef.namespace".to_owned(), ns));
+        }
+        for (i, dep) in self.depends_on.iter().enumerate() {
+            if let Some(ns) = dep.namespace.as_deref() {
+                out.push((format!("spec.dependsOn[{i}].namespace"), ns));
+            }
+        }
+        out.retain(|(_, ns)| *ns != own_namespace);
+        out
+    }
 }

@@ -37,6 +37,12 @@ pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
 /// and removed by that Operation's engine; ignored once the Operation has ended or is gone.
 pub const ANNOTATION_SUSPENDED_BY: &str = "vworkspace.io/suspended-by-operation";
 
+/// The ServiceAccount every Runbook Job's pod runs as, in the Operation's namespace. The
+/// runbook engine creates it (server-side apply) with `automountServiceAccountToken: false`
+/// and binds it to nothing: it has no rights, so a runbook gets no Kubernetes API access.
+/// A Runbook that names any other ServiceAccount is refused (`InvalidSpec`).
+pub const RUNBOOK_SERVICE_ACCOUNT: &str = "vworkspace-runbook";
+
 use kube::CustomResourceExt;
 
 /// Every CRD of the group, in a stable order (used by `crdgen` and the tests).

@@ -277,7 +277,9 @@ pub struct RollbackParams {
     .message("runbook needs exactly one of job or workflowTemplateRef"))]
 pub struct RunbookParams {
     /// A `batch/v1` JobSpec run in the application's namespace; `backoffLimit` and
-    /// `activeDeadlineSeconds` are honoured.
+    /// `activeDeadlineSeconds` are honoured. Its pod must pass Pod Security `restricted`
+    /// (absent fields get compliant defaults) and runs as the ServiceAccount
+    /// `vworkspace-runbook`, which has no rights, without an API token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::free_form_object")]
     pub job: Option<serde_json::Value>,

@@ -1,10 +1,22 @@
 //! Runbook: a `batch/v1` Job from the Operation's JobSpec, in the Operation's namespace,
 //! owned by it; phase from the Job's terminal conditions. Argo WorkflowTemplates are
 //! accepted by the API and refused here with `NotSupported` until an engine exists.
+//!
+//! The Job's pod is held to Pod Security `restricted` and runs as the ServiceAccount
+//! `vworkspace-runbook` without an API token (`operations::pod_security`). Before creating
+//! the Job the driver ensures that ServiceAccount exists in the namespace with
+//! `automountServiceAccountToken: false` (the API server refuses pods whose ServiceAccount
+//! does not exist). It binds it to nothing: the ServiceAccount has no rights, so a runbook
+//! that needs the Kubernetes API gets none, by design.
 
 use std::time::Duration;
 
 use api::{OperationType, conditions::operation_reasons};
+use controller_kit::WriteVerb;
+use kube::{
+    Api,
+    api::{DynamicObject, Patch, PatchParams},
+};
 use operations::{Outcome, job, meta};
 
 use crate::children::{self, Child};
@@ -16,6 +28,33 @@ pub struct RunbookDriver;
 
 fn jobs() -> kube::api::ApiResource {
     children::resource(job::API_VERSION, job::KIND, "jobs")
+}
+
+fn service_accounts() -> kube::api::ApiResource {
+    children::resource("v1", "ServiceAccount", "serviceaccounts")
+}
+
+/// Ensures the runbook ServiceAccount ([`job::SERVICE_ACCOUNT`]) of the Operation's
+/// namespace exists with `automountServiceAccountToken: false`: read it, and apply it
+/// (server-side, forced: the name is reserved for runbooks, and only the fields of
+/// [`job::service_account_object`] are taken over) only when it is missing or says
+/// otherwise, so an engine at rest writes nothing. Fields others set (e.g.
+/// `imagePullSecrets`) are kept.
+async fn ensure_service_account(cx: &Cx) -> Result<(), DriverError> {
+    let namespace = cx.namespace();
+    let existing = children::get(&cx.client, &service_accounts(), namespace, job::SERVICE_ACCOUNT).await?;
+    if !job::service_account_needs_apply(existing.as_ref()) {
+        return Ok(());
+    }
+    cx.metrics.api_write(WriteVerb::Apply, "ServiceAccount");
+    Api::<DynamicObject>::namespaced_with(cx.client.clone(), namespace, &service_accounts())
+        .patch(
+            job::SERVICE_ACCOUNT,
+            &PatchParams::apply(cx.field_manager).force(),
+            &Patch::Apply(&job::service_account_object(namespace)),
+        )
+        .await?;
+    Ok(())
 }
 
 impl RunbookDriver {
@@ -68,6 +107,7 @@ impl Driver for RunbookDriver {
             Ok(object) => object,
             Err(refusal) => return Ok(refusal),
         };
+        ensure_service_account(cx).await?;
         let job = match children::ensure(cx, &jobs(), &object).await? {
             Child::Ours(job) => job,
             Child::Foreign(message) => return Ok(children::foreign(message)),

@@ -3,25 +3,35 @@
 //!
 //! The Job is created in the Operation's namespace, named after the Operation and owned
 //! by it, so deleting the Operation stops and removes the run. The given JobSpec is used
-//! as it is, with three changes: `parameters` become environment variables of every
+//! as it is, with these changes: `parameters` become environment variables of every
 //! container (init containers included: they are containers of the Job too), the pod
-//! template gets our labels, and `restartPolicy` defaults to `Never` (a Job requires
-//! `Never` or `OnFailure`; `Never` keeps failed pods for their logs).
+//! template gets our labels, `restartPolicy` defaults to `Never` (a Job requires `Never`
+//! or `OnFailure`; `Never` keeps failed pods for their logs), and the pod is held to Pod
+//! Security `restricted` and runs as the ServiceAccount `vworkspace-runbook` without an
+//! API token ([`pod_security`]: compliant defaults where a field is absent, `InvalidSpec`
+//! naming the field where one is set to a value `restricted` does not allow).
+//! Scheduling fields (`nodeName`, `nodeSelector`, `affinity`, `tolerations`) are left as
+//! given: they are not a Pod Security matter.
 //!
 //! `ttlSecondsAfterFinished` is refused: the Job is the only record of the run's outcome,
 //! and a Job that deletes itself could be re-created by an engine that restarts before
 //! recording the outcome, running the runbook twice. The Job goes away with its Operation.
+//!
+//! [`service_account_object`] is the ServiceAccount the engine ensures before it creates
+//! the Job: without it the API server refuses the Job's pods.
 
 use std::collections::BTreeMap;
 
-use api::Operation;
 use api::conditions::operation_reasons;
+use api::{LABEL_MANAGED_BY, MANAGED_BY, Operation};
 use serde_json::{Map, Value, json};
 
 use crate::meta::{self, OpId};
 use crate::progress::{Counts, Progress};
 use crate::status::is_valid_reason;
-use crate::{Error, names};
+use crate::{Error, names, pod_security};
+
+pub use crate::pod_security::SERVICE_ACCOUNT;
 
 /// API version of Jobs.
 pub const API_VERSION: &str = "batch/v1";
@@ -97,6 +107,7 @@ pub fn job_object(op: &Operation, job_spec: &Value, parameters: &BTreeMap<String
                 .map_err(|e| invalid(format!("runbook.job.template.spec.{list}[{index}].{e}")))?;
         }
     }
+    pod_security::restrict(template, "runbook.job.template")?;
 
     Ok(json!({
         "apiVersion": API_VERSION,
@@ -104,6 +115,29 @@ pub fn job_object(op: &Operation, job_spec: &Value, parameters: &BTreeMap<String
         "metadata": meta::child_metadata(&id, &job_name(&id), id.namespace),
         "spec": spec,
     }))
+}
+
+/// The ServiceAccount runbook pods run as ([`SERVICE_ACCOUNT`]), in `namespace`: no API
+/// token mounted by default, and bound to nothing, so it has no rights. It is shared by
+/// every Runbook of the namespace, so it has no owner and outlives the Operations.
+pub fn service_account_object(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": SERVICE_ACCOUNT,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY},
+        },
+        "automountServiceAccountToken": false,
+    })
+}
+
+/// Whether the ServiceAccount as read (`None`: it does not exist) must be applied: it is
+/// missing, or it does not say `automountServiceAccountToken: false`. One that does is left
+/// alone, whoever created it, so an engine at rest writes nothing.
+pub fn service_account_needs_apply(existing: Option<&Value>) -> bool {
+    existing.is_none_or(|account| account.get("automountServiceAccountToken") != Some(&Value::Bool(false)))
 }
 
 /// Maps a Job (the whole object as JSON) to progress.
@@ -291,11 +325,77 @@ mod tests {
                 {"name": "VACUUM_FLAGS", "value": "--verbose"},
             ])
         );
+        // Held to Pod Security "restricted", as the runbook ServiceAccount without a token.
+        let pod = &template["spec"];
+        assert_eq!(pod["serviceAccountName"], "vworkspace-runbook");
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        assert_eq!(
+            pod["securityContext"],
+            json!({"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}})
+        );
+        assert_eq!(
+            pod["containers"][0]["securityContext"],
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+        );
         // Deterministic.
         assert_eq!(
             job,
             job_object(&runbook_op(), &example_spec(), &parameters).expect("builds")
         );
+    }
+
+    #[test]
+    fn pod_security_refusals_reach_the_job() {
+        let cases = [
+            (
+                json!({"template": {"spec": {"containers": [{"name": "c", "securityContext": {"privileged": true}}]}}}),
+                "runbook.job.template.spec.containers[0].securityContext.privileged: true is not allowed (Pod Security \"restricted\")",
+            ),
+            (
+                json!({"template": {"spec": {"hostPID": true, "containers": [{"name": "c"}]}}}),
+                "runbook.job.template.spec.hostPID: true is not allowed (Pod Security \"restricted\")",
+            ),
+            (
+                json!({"template": {"spec": {"serviceAccountName": "default", "containers": [{"name": "c"}]}}}),
+                "runbook.job.template.spec.serviceAccountName: \"default\" is not allowed; runbook pods run as the ServiceAccount vworkspace-runbook, which has no rights",
+            ),
+        ];
+        for (spec, message) in cases {
+            assert_eq!(
+                job_object(&runbook_op(), &spec, &params(&[("A", "1")])),
+                Err(Error::InvalidSpec(message.into())),
+                "{spec}"
+            );
+        }
+    }
+
+    #[test]
+    fn service_account_object_and_when_to_apply_it() {
+        assert_eq!(
+            service_account_object("team-a"),
+            json!({
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": "vworkspace-runbook",
+                    "namespace": "team-a",
+                    "labels": {"app.kubernetes.io/managed-by": "vworkspace-operator"},
+                },
+                "automountServiceAccountToken": false,
+            })
+        );
+        let cases = [
+            (None, true),
+            (Some(json!({"metadata": {"name": "vworkspace-runbook"}})), true),
+            (Some(json!({"automountServiceAccountToken": true})), true),
+            (Some(json!({"automountServiceAccountToken": null})), true),
+            (Some(json!({"automountServiceAccountToken": "false"})), true),
+            (Some(json!({"automountServiceAccountToken": false})), false),
+            (Some(service_account_object("team-a")), false),
+        ];
+        for (existing, expected) in cases {
+            assert_eq!(service_account_needs_apply(existing.as_ref()), expected, "{existing:?}");
+        }
     }
 
     #[test]

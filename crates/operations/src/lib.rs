@@ -14,6 +14,7 @@
 //! | [`velero`] | Which Velero `Backup` / `Restore` to create, and what their phase means |
 //! | [`snapshot`] | Which CSI `VolumeSnapshot`s to create, and when they are done |
 //! | [`job`] | Which `Job` a Runbook runs, and what its conditions mean |
+//! | [`pod_security`] | Whether a Runbook's pod passes Pod Security `restricted`, with its compliant defaults and the runbook ServiceAccount |
 //! | [`release`] | What an Upgrade or Rollback sets, and what the relayed Flux status says about it |
 //! | [`revisions`] | The application revision history a Rollback picks its target from |
 //! | [`names`] | Deterministic child names (≤ 63 chars, DNS-1123), the basis of crash safety |
@@ -42,6 +43,7 @@ pub mod job;
 pub mod lifecycle;
 pub mod meta;
 pub mod names;
+pub mod pod_security;
 mod progress;
 pub mod release;
 pub mod revisions;
