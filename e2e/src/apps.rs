@@ -12,19 +12,19 @@ use crate::{CHART_REPO, FIELD_MANAGER, TestContext, process::ControllerProcess, 
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Starts an app-controller confined to the test namespace (namespaced mode), with debug
-/// logging so tests can prove what never appears in logs.
+/// logging so tests can prove what never appears in logs. `extra` may give its own
+/// `--allowed-namespaces`, which then replaces the test namespace alone.
 pub async fn start_controller(ctx: &TestContext, extra: &[&str]) -> anyhow::Result<ControllerProcess> {
-    let mut args = vec![
-        "--watch-namespace",
-        ctx.namespace.as_str(),
-        "--allowed-namespaces",
-        ctx.namespace.as_str(),
-        "--admin-addr",
-        "127.0.0.1:0",
-    ];
+    let mut args = vec!["--watch-namespace", ctx.namespace.as_str()];
+    if !extra.contains(&"--allowed-namespaces") {
+        args.extend(["--allowed-namespaces", ctx.namespace.as_str()]);
+    }
+    // Port 0: the kernel picks a free one; the tests never call this admin server.
+    args.extend(["--admin-addr", "127.0.0.1:0"]);
     args.extend_from_slice(extra);
     let log_name = format!("app-controller-{}", ctx.namespace);
     ControllerProcess::start(
+        ctx.process_scope(),
         "app-controller",
         &log_name,
         &args,

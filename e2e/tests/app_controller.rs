@@ -16,7 +16,10 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Secret},
 };
-use kube::api::{DeleteParams, ListParams};
+use kube::{
+    ResourceExt,
+    api::{DeleteParams, ListParams},
+};
 
 fn sha256_hex(input: &str) -> String {
     // Tiny SHA-256 to compare with the chart's sha256sum without another dependency.
@@ -527,5 +530,61 @@ async fn source_problems_surface_with_the_sources_reason() -> anyhow::Result<()>
         )
         .await?;
     }
+    Ok(())
+}
+
+/// Tenant isolation (issue 14): an app in one namespace may not install into, take its chart
+/// from, or depend on another namespace, even one in the allow-list, unless a cluster
+/// administrator allowed the pair. Nothing is materialised for a refused app.
+#[tokio::test]
+async fn cross_namespace_references_are_refused_unless_the_pair_is_allowed() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-xns").await?;
+    let other = TestContext::new("app-xns-other").await?;
+    let allowed = format!("{},{}", ctx.namespace, other.namespace);
+    let mut controller = start_controller(&ctx, &["--allowed-namespaces", &allowed]).await?;
+
+    let mut into_other = app("into-other", "demo-app", "0.1.0", serde_json::json!({}));
+    into_other.spec.target_namespace = Some(other.namespace.clone());
+    let mut from_other = app("from-other", "demo-app", "0.1.0", serde_json::json!({}));
+    from_other.spec.chart.repository = None;
+    from_other.spec.chart.source_ref = Some(api::SourceReference {
+        kind: api::SourceKind::HelmRepository,
+        name: "private-charts".into(),
+        namespace: Some(other.namespace.clone()),
+    });
+    let mut after_other = app("after-other", "demo-app", "0.1.0", serde_json::json!({}));
+    after_other.spec.depends_on = vec![ApplicationDependency {
+        name: "db".into(),
+        namespace: Some(other.namespace.clone()),
+    }];
+    for (escape, field) in [
+        (&into_other, "spec.targetNamespace"),
+        (&from_other, "spec.chart.sourceRef.namespace"),
+        (&after_other, "spec.dependsOn[0].namespace"),
+    ] {
+        apply_app(&ctx, escape).await?;
+        let name = escape.name_any();
+        let refused = wait_ready(&ctx, &name, "False", "NamespaceNotAllowed").await?;
+        let message = condition(&refused, "Ready").map(|c| c.2).unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("{field} {}", other.namespace))
+                && message.contains("--allowed-namespace-pairs"),
+            "{name}: {message}"
+        );
+        assert!(
+            flux::helm_releases(&ctx).get_opt(&name).await?.is_none(),
+            "{name}: nothing materialised"
+        );
+    }
+
+    // The cluster administrator allows the pair: the same app now installs into the other namespace.
+    controller.kill().await?;
+    let pair = format!("{}={}", ctx.namespace, other.namespace);
+    let _controller = start_controller(
+        &ctx,
+        &["--allowed-namespaces", &allowed, "--allowed-namespace-pairs", &pair],
+    )
+    .await?;
+    wait_deployed(&ctx, "into-other", "InstallSucceeded", "0.1.0").await?;
     Ok(())
 }

@@ -9,6 +9,7 @@ use app_controller::{
     reconciler::{CONTROLLER, Context, Engines, FIELD_MANAGER},
 };
 use clap::Parser;
+use controller_kit::namespaces::NamespacePairs;
 use controller_kit::{
     CancellationToken, CommonArgs, LeaderElection, Metrics, Readiness, WriteVerb, admin, shutdown, telemetry,
 };
@@ -32,6 +33,16 @@ struct Cli {
     /// Engine for ApplicationInstances that do not name one.
     #[arg(long, env = "VWS_DEFAULT_ENGINE", default_value = "flux", value_parser = parse_engine)]
     default_engine: EngineKind,
+    /// Cross-namespace references an ApplicationInstance may make, as `FROM=TO` pairs
+    /// (e.g. `team-a=shared-charts`): `targetNamespace`, `chart.sourceRef.namespace` and
+    /// `dependsOn[].namespace` outside the app's own namespace are refused unless listed here.
+    #[arg(long, env = "VWS_ALLOWED_NAMESPACE_PAIRS", default_value = "", value_parser = parse_pairs)]
+    allowed_namespace_pairs: NamespacePairs,
+}
+
+fn parse_pairs(s: &str) -> Result<NamespacePairs, String> {
+    s.parse()
+        .map_err(|e: controller_kit::namespaces::NamespaceError| e.to_string())
 }
 
 fn parse_engine(s: &str) -> Result<EngineKind, String> {
@@ -89,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
         client: ctx_client,
         engines,
         scope,
+        namespace_pairs: cli.allowed_namespace_pairs,
         gate,
         metrics: controller_metrics,
         recorder,

@@ -8,7 +8,7 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use api::{ApplicationInstance, EngineKind, conditions::reasons};
-use controller_kit::{ControllerMetrics, LeaderGate, RetryBackoff, WatchScope, WriteVerb};
+use controller_kit::{ControllerMetrics, LeaderGate, RetryBackoff, WatchScope, WriteVerb, namespaces::NamespacePairs};
 use helmengine::{DeleteProgress, Engine, EngineError, MaterializeInput};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
@@ -88,6 +88,8 @@ pub struct Context {
     pub client: Client,
     pub engines: Engines,
     pub scope: WatchScope,
+    /// Cross-namespace references a cluster administrator allowed (`--allowed-namespace-pairs`).
+    pub namespace_pairs: NamespacePairs,
     pub gate: LeaderGate,
     pub metrics: ControllerMetrics,
     pub recorder: Recorder,
@@ -158,9 +160,7 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
         return fail(api, &app, ctx, reasons::ENGINE_UNAVAILABLE, message, true, None).await;
     };
 
-    let target = app.spec.target_namespace_or(&namespace);
-    if !ctx.scope.allows(target) {
-        let message = format!("target namespace {target} is not allowed ({})", ctx.scope.policy());
+    if let Some(message) = namespace_refusal(&app.spec, &namespace, &ctx.scope, &ctx.namespace_pairs) {
         return fail(api, &app, ctx, reasons::NAMESPACE_NOT_ALLOWED, message, true, None).await;
     }
 
@@ -312,6 +312,29 @@ async fn refuse_namespace(
     fail(api, &app, ctx, reasons::NAMESPACE_NOT_ALLOWED, message, true, None).await
 }
 
+/// Why the spec may not be acted on, if it reaches a namespace outside the allow-list, or
+/// outside its own namespace without an allowed pair (one tenant never reaches another's).
+pub fn namespace_refusal(
+    spec: &api::ApplicationInstanceSpec,
+    own_namespace: &str,
+    scope: &WatchScope,
+    pairs: &NamespacePairs,
+) -> Option<String> {
+    let foreign = spec.foreign_namespaces(own_namespace);
+    if let Some((field, ns)) = foreign.iter().find(|(_, ns)| !scope.policy().allows(ns)) {
+        return Some(format!("{field} {ns} is not allowed ({})", scope.policy()));
+    }
+    foreign
+        .iter()
+        .find(|(_, ns)| !pairs.allows(own_namespace, ns))
+        .map(|(field, ns)| {
+            format!(
+                "{field} {ns} is outside this ApplicationInstance's namespace {own_namespace}; a cluster \
+             administrator can allow it with --allowed-namespace-pairs {own_namespace}={ns}"
+            )
+        })
+}
+
 fn missing_dependency(
     app: &ApplicationInstance,
     store: &Store<DeserializeGuard<ApplicationInstance>>,
@@ -399,8 +422,9 @@ async fn publish(
     } else {
         EventType::Normal
     };
-    let mut note = format!("Ready={}: {}", ready.status, ready.message);
-    note.truncate(1000);
+    // Events notes are capped at 1 kB; Flux's message may carry any UTF-8 (chart errors, values).
+    let full = format!("Ready={}: {}", ready.status, ready.message);
+    let note = controller_kit::text::prefix_within(&full, 1000).to_owned();
     let event = Event {
         type_,
         reason: ready.reason.clone(),

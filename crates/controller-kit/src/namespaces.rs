@@ -32,6 +32,9 @@ pub enum NamespaceError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// An `--allowed-namespace-pairs` entry that is not `FROM=TO`.
+    #[error("namespace pair {0:?} is not of the form FROM=TO (e.g. team-a=shared-charts)")]
+    BadPair(String),
     /// `--watch-namespace` names a namespace the policy does not allow.
     #[error("watch namespace {namespace:?} is outside the {policy}")]
     WatchNotAllowed {
@@ -129,6 +132,39 @@ impl fmt::Display for NamespacePolicy {
                 Ok(())
             }
         }
+    }
+}
+
+/// Namespace pairs a cluster administrator allows an object in the first namespace to reach
+/// in the second (`--allowed-namespace-pairs team-a=shared-charts,...`). Without a pair, an
+/// object reaches only its own namespace: one tenant's intent never names another tenant's
+/// namespace. Tenants cannot set this; it is a flag of the binary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespacePairs(BTreeSet<(String, String)>);
+
+impl NamespacePairs {
+    /// Whether an object in `from` may reference `to`: its own namespace, or an allowed pair.
+    pub fn allows(&self, from: &str, to: &str) -> bool {
+        from == to || self.0.contains(&(from.to_owned(), to.to_owned()))
+    }
+}
+
+impl FromStr for NamespacePairs {
+    type Err = NamespaceError;
+
+    /// `""` (no pairs) or comma-separated `FROM=TO` pairs of namespace names.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut pairs = BTreeSet::new();
+        for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let Some((from, to)) = entry.split_once('=') else {
+                return Err(NamespaceError::BadPair(entry.to_owned()));
+            };
+            let (from, to) = (from.trim(), to.trim());
+            validate_namespace(from)?;
+            validate_namespace(to)?;
+            pairs.insert((from.to_owned(), to.to_owned()));
+        }
+        Ok(Self(pairs))
     }
 }
 
@@ -233,6 +269,25 @@ mod tests {
             );
         }
         assert!(validate_namespace(&"a".repeat(63)).is_ok());
+    }
+
+    #[test]
+    fn namespace_pairs_allow_only_listed_pairs_and_the_own_namespace() {
+        let pairs: NamespacePairs = "team-a=shared, team-b=shared".parse().unwrap();
+        assert!(pairs.allows("team-a", "team-a"));
+        assert!(pairs.allows("team-a", "shared"));
+        assert!(!pairs.allows("shared", "team-a"), "pairs are one-way");
+        assert!(!pairs.allows("team-a", "team-b"));
+        assert!(!NamespacePairs::default().allows("team-a", "team-b"));
+        assert_eq!("".parse::<NamespacePairs>().unwrap(), NamespacePairs::default());
+        assert!(matches!(
+            "team-a".parse::<NamespacePairs>(),
+            Err(NamespaceError::BadPair(_))
+        ));
+        assert!(matches!(
+            "team-a=Team_B".parse::<NamespacePairs>(),
+            Err(NamespaceError::Invalid { .. })
+        ));
     }
 
     #[test]
