@@ -360,10 +360,14 @@ async fn simulator_outage_loses_no_status_and_a_wrong_key_is_reported() -> anyho
         metric_sum(&metrics, "vworkspace_agent_condition", &["reason=\"Unauthorized\""]),
         1.0
     );
-    let cm = status_configmap(&bad.status_configmap)
-        .await?
-        .expect("status ConfigMap");
-    assert_eq!(cm["condition"]["reason"], "Unauthorized", "{cm}");
+    // The status ConfigMap is written by its own task, a moment after /readyz turns: poll it.
+    e2e::eventually(&ctx, "status ConfigMap says Unauthorized", AGENT_TIMEOUT, || async {
+        Ok(match status_configmap(&bad.status_configmap).await? {
+            Some(cm) if cm["condition"]["reason"] == "Unauthorized" => Ok(()),
+            other => Err(format!("status ConfigMap {other:?}")),
+        })
+    })
+    .await?;
     assert!(bad.process.is_running(), "a wrong key is no crash loop");
     let view = sim.view().await?;
     for (key, who) in [(&wrong, &bad), (&wrong, &agent), (&sim.key, &bad), (&sim.key, &agent)] {
