@@ -340,7 +340,12 @@ cmd_down() {
     for pid in $(ip netns pids "$NETNS" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$NETNS" || true
   fi
-  rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/flux-artifacts" "$CLUSTER_DIR/velero" "$CLUSTER_DIR/env"
+  # The demo's processes (and any other started here) recorded pidfiles too; all are dead now,
+  # and a stale one could later name a reused pid.
+  rm -f "$PID_DIR"/*.pid
+  # demo/ is the simulator's record of this cluster (its key, bound to this cluster's identity
+  # on first contact): a new cluster gets a new record, or the agent is refused ClusterMismatch.
+  rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/flux-artifacts" "$CLUSTER_DIR/velero" "$CLUSTER_DIR/env" "$CLUSTER_DIR/demo"
   log "cluster down (logs kept in $LOG_DIR)"
 }
 

@@ -132,7 +132,12 @@ follow() {
     fi
     FOLLOWED=$line
     [[ ${line%% *} =~ ^($done_re)$ ]] && return 0
-    (( SECONDS - t0 > secs )) && die "$kind $NS/$name: no '$done_re' after ${secs}s (last: ${line:-nothing}); logs in $CLUSTER_DIR/logs/"
+    if (( SECONDS - t0 > secs )); then
+      # The agent's last error as the simulator recorded it (e.g. a refused key) says why.
+      local agent_error
+      agent_error=$(sim show "$CLUSTER_NAME" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin).get("last_agent_error") or "none")' || true)
+      die "$kind $NS/$name: no '$done_re' after ${secs}s (last: ${line:-nothing}; the agent's last error: ${agent_error:-unknown}); logs in $CLUSTER_DIR/logs/"
+    fi
     sleep 0.5
   done
 }

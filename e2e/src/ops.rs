@@ -37,6 +37,13 @@ pub async fn start_engine(ctx: &TestContext, binary: &str, extra: &[&str]) -> an
     .await
 }
 
+/// An ApplicationInstance that only has to exist for an Operation to name it (no app
+/// controller needed).
+pub async fn bare_app(ctx: &TestContext, name: &str) -> anyhow::Result<()> {
+    crate::apps::apply_app(ctx, &crate::apps::app(name, "demo-app", "0.1.0", json!({}))).await?;
+    Ok(())
+}
+
 /// An Operation of `type_` on `app`, with the payload under the type's field.
 pub fn operation(name: &str, app: &str, type_: &str, payload: Value) -> Value {
     let field = type_.to_ascii_lowercase();

@@ -9,7 +9,10 @@ use api::{ApplicationInstance, Operation, OperationPhase};
 use e2e::{
     TestContext,
     apps::{app, apply_app, start_controller, wait_deployed},
-    ops::{OPERATION_TIMEOUT, create_operation, operation, phase_reason, start_engine, wait_operation, wait_phase},
+    ops::{
+        OPERATION_TIMEOUT, bare_app, create_operation, operation, phase_reason, start_engine, wait_operation,
+        wait_phase,
+    },
 };
 use k8s_openapi::api::{batch::v1::Job, core::v1::ConfigMap};
 use kube::ResourceExt;
@@ -20,12 +23,6 @@ fn job(command: &str) -> serde_json::Value {
         "backoffLimit": 0,
         "template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}]}}
     })
-}
-
-/// An ApplicationInstance that only has to exist (no app controller needed).
-async fn bare_app(ctx: &TestContext, name: &str) -> anyhow::Result<()> {
-    apply_app(ctx, &app(name, "demo-app", "0.1.0", json!({}))).await?;
-    Ok(())
 }
 
 #[tokio::test]

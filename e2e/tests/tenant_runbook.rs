@@ -14,8 +14,7 @@
 use api::{OperationPhase, RUNBOOK_SERVICE_ACCOUNT};
 use e2e::{
     TestContext,
-    apps::{app, apply_app},
-    ops::{create_operation, operation, start_engine, summary, wait_phase},
+    ops::{bare_app, create_operation, operation, start_engine, summary, wait_phase},
 };
 use k8s_openapi::api::{
     batch::v1::Job,
@@ -42,12 +41,6 @@ fn job_spec(command: &str, pod: Value, container: Value) -> Value {
         spec.extend(extra);
     }
     json!({"backoffLimit": 0, "template": {"spec": spec}})
-}
-
-/// An ApplicationInstance that only has to exist (no app controller needed).
-async fn bare_app(ctx: &TestContext, name: &str) -> anyhow::Result<()> {
-    apply_app(ctx, &app(name, "demo-app", "0.1.0", json!({}))).await?;
-    Ok(())
 }
 
 #[tokio::test]

@@ -50,6 +50,22 @@ pub async fn get(
 
 /// Finds or creates the child `object` (built by the `operations` crate) of `cx.op`.
 pub async fn ensure(cx: &Cx, resource: &ApiResource, object: &Value) -> Result<Child, DriverError> {
+    ensure_with(cx, resource, object, || async { Ok(()) }).await
+}
+
+/// [`ensure`], running `before_create` first when (and only when) the child is about to be
+/// created: for what the child needs to exist first (a runbook Job's ServiceAccount), without
+/// reading it again on every pass while the child runs.
+pub async fn ensure_with<F, Fut>(
+    cx: &Cx,
+    resource: &ApiResource,
+    object: &Value,
+    before_create: F,
+) -> Result<Child, DriverError>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(), DriverError>>,
+{
     let id = OpId::of(&cx.op)?;
     let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).unwrap_or_default();
     let (name, namespace) = (
@@ -66,6 +82,7 @@ pub async fn ensure(cx: &Cx, resource: &ApiResource, object: &Value) -> Result<C
             ))
         });
     }
+    before_create().await?;
     cx.metrics.api_write(WriteVerb::Apply, kind_label(&resource.kind));
     let applied = dynamic_api(&cx.client, resource, &namespace)
         .patch(&name, &PatchParams::apply(cx.field_manager), &Patch::Apply(object))

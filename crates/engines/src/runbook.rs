@@ -4,7 +4,7 @@
 //!
 //! The Job's pod is held to Pod Security `restricted` and runs as the ServiceAccount
 //! `vworkspace-runbook` without an API token (`operations::pod_security`). Before creating
-//! the Job the driver ensures that ServiceAccount exists in the namespace with
+//! the Job the driver ensures (only then, not on every pass) that ServiceAccount exists in the namespace with
 //! `automountServiceAccountToken: false` (the API server refuses pods whose ServiceAccount
 //! does not exist). It binds it to nothing: the ServiceAccount has no rights, so a runbook
 //! that needs the Kubernetes API gets none, by design.
@@ -107,8 +107,7 @@ impl Driver for RunbookDriver {
             Ok(object) => object,
             Err(refusal) => return Ok(refusal),
         };
-        ensure_service_account(cx).await?;
-        let job = match children::ensure(cx, &jobs(), &object).await? {
+        let job = match children::ensure_with(cx, &jobs(), &object, || ensure_service_account(cx)).await? {
             Child::Ours(job) => job,
             Child::Foreign(message) => return Ok(children::foreign(message)),
         };
