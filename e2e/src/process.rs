@@ -221,6 +221,31 @@ impl ControllerProcess {
         Self::spawn(scope, &path, &log_path, args, &all_env)
     }
 
+    /// Starts `program` with `args` and exactly `env` added (not the local cluster's
+    /// KUBECONFIG: it may be meant for another cluster), inside network namespace `netns`
+    /// when given (`ip netns exec`, which then becomes the process itself), logging to
+    /// `<cluster>/logs/<log_name>.log`.
+    pub fn start_program(
+        scope: &str,
+        netns: Option<&str>,
+        program: &Path,
+        log_name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let env: Vec<(String, OsString)> = env.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        let log_path = cluster_dir().join("logs").join(format!("{log_name}.log"));
+        match netns {
+            None => Self::spawn(scope, program, &log_path, args, &env),
+            Some(netns) => {
+                let program = program.to_str().context("program path is not UTF-8")?;
+                let mut in_netns = vec!["netns", "exec", netns, program];
+                in_netns.extend_from_slice(args);
+                Self::spawn(scope, Path::new("ip"), &log_path, &in_netns, &env)
+            }
+        }
+    }
+
     /// Starts `program` (no cluster involved), its output to `log_path`, and registers it.
     fn spawn(
         scope: &str,
