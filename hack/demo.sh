@@ -112,9 +112,12 @@ else
   log "odoo-sim now plays the module's push side: it calls http://$PUSH_ADDR (apply on intent, status every second)"
   sim set-push "$CLUSTER_NAME" --endpoint "http://$PUSH_ADDR" --token-file "$token_file" --poll-seconds 1 >/dev/null
 fi
+# The demo's charts come from the local cluster's plain-http chart server on 127.0.0.1,
+# which the app controller refuses unless the host is named (docs/install/README.md#repositories).
+declare -A EXTRA=([app-controller]="--insecure-repository-hosts 127.0.0.1")
 for name in app-controller backup-engine restore-engine upgrade-engine runbook-engine; do
   start "$name" "$(admin "$name")/readyz" "$BIN/$name" \
-    $DEMO_SCOPE --admin-addr "127.0.0.1:${ADMIN[$name]}" --status-channel-endpoint "http://$CHANNEL"
+    $DEMO_SCOPE ${EXTRA[$name]:-} --admin-addr "127.0.0.1:${ADMIN[$name]}" --status-channel-endpoint "http://$CHANNEL"
 done
 watch_all_running
 

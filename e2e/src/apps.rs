@@ -13,11 +13,17 @@ pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Starts an app-controller confined to the test namespace (namespaced mode), with debug
 /// logging so tests can prove what never appears in logs. `extra` may give its own
-/// `--allowed-namespaces`, which then replaces the test namespace alone.
+/// `--allowed-namespaces`, which then replaces the test namespace alone, and its own
+/// `--insecure-repository-hosts`, which then replaces `127.0.0.1`.
 pub async fn start_controller(ctx: &TestContext, extra: &[&str]) -> anyhow::Result<ControllerProcess> {
     let mut args = vec!["--watch-namespace", ctx.namespace.as_str()];
     if !extra.contains(&"--allowed-namespaces") {
         args.extend(["--allowed-namespaces", ctx.namespace.as_str()]);
+    }
+    // The test charts are served over plain http on 127.0.0.1 (CHART_REPO), refused unless
+    // named; a test may give its own repository flags instead.
+    if !extra.contains(&"--insecure-repository-hosts") {
+        args.extend(["--insecure-repository-hosts", "127.0.0.1"]);
     }
     // Port 0: the kernel picks a free one; the tests never call this admin server.
     args.extend(["--admin-addr", "127.0.0.1:0"]);

@@ -141,6 +141,7 @@ fn check_rendered(overlay: &str, docs: &[Value]) {
             .filter_map(|e| e["name"].as_str())
             .collect();
         assert_eq!(env, ["POD_NAME", "POD_NAMESPACE"], "{}: downward API env", id(dep));
+        check_allow_list(overlay, docs, dep, binary);
         assert_eq!(c["ports"][0]["name"], "admin");
         assert_eq!(c["ports"][0]["containerPort"], 8080);
         assert_eq!(
@@ -162,6 +163,63 @@ fn check_rendered(overlay: &str, docs: &[Value]) {
             );
         }
     }
+}
+
+/// The namespace allow-list is required, so every binary of every overlay must get one
+/// explicitly: the namespaced overlay as a flag, the agent from its agent-config ConfigMap
+/// (written by the cluster owner), every other binary from the overlay's generated
+/// `vworkspace-tenancy` ConfigMap, which must exist in the overlay and hold a valid list.
+fn check_allow_list(overlay: &str, docs: &[Value], dep: &Value, binary: &str) {
+    let c = container(dep);
+    if container_args(dep)
+        .iter()
+        .any(|a| a.starts_with("--allowed-namespaces="))
+    {
+        return;
+    }
+    if binary == "agent" {
+        let from = &c["envFrom"][0]["configMapRef"]["name"];
+        assert_eq!(
+            from,
+            "agent-config",
+            "{overlay}: {} takes its allow-list from agent-config",
+            id(dep)
+        );
+        return;
+    }
+    let env = c["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "VWS_ALLOWED_NAMESPACES");
+    let Some(env) = env else {
+        panic!(
+            "{overlay}: {} has neither --allowed-namespaces nor VWS_ALLOWED_NAMESPACES",
+            id(dep)
+        );
+    };
+    let key_ref = &env["valueFrom"]["configMapKeyRef"];
+    assert_eq!(key_ref["key"], "allowed-namespaces", "{overlay}: {}", id(dep));
+    let cm_name = key_ref["name"].as_str().unwrap_or_default();
+    let cm = docs
+        .iter()
+        .find(|d| kind(d) == "ConfigMap" && name(d) == cm_name && namespace(d) == namespace(dep));
+    let Some(cm) = cm else {
+        panic!(
+            "{overlay}: {} reads ConfigMap {cm_name}, which the overlay does not ship",
+            id(dep)
+        );
+    };
+    assert!(
+        cm_name.starts_with("vworkspace-tenancy"),
+        "{overlay}: {cm_name} is not the generated vworkspace-tenancy"
+    );
+    let list = cm["data"]["allowed-namespaces"].as_str().unwrap_or_default();
+    let policy: Result<controller_kit::NamespacePolicy, _> = list.parse();
+    assert!(
+        policy.is_ok(),
+        "{overlay}: {cm_name} allowed-namespaces {list:?} is not a valid allow-list: {policy:?}"
+    );
 }
 
 #[tokio::test]
@@ -358,6 +416,8 @@ async fn start_as_service_account(
         |admin| {
             let mut args = container_args(dep);
             args.extend(["--admin-addr".to_owned(), admin.to_owned()]);
+            // The test charts are served over plain http on 127.0.0.1 (e2e::CHART_REPO).
+            args.extend(["--insecure-repository-hosts".to_owned(), "127.0.0.1".to_owned()]);
             args.extend(extra_args.iter().map(|s| s.to_string()));
             args
         },
@@ -659,6 +719,8 @@ impl Replica {
                 ctx.namespace.as_str(),
                 "--allowed-namespaces",
                 ctx.namespace.as_str(),
+                "--insecure-repository-hosts",
+                "127.0.0.1",
                 "--admin-addr",
                 admin,
             ]

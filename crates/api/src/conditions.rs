@@ -65,9 +65,13 @@ pub mod reasons {
     /// `spec.suspend` is true: Ready keeps its status and `lastTransitionTime`, its reason becomes
     /// `Suspended` and its message carries the engine's last state; Reconciling is removed.
     pub const SUSPENDED: &str = "Suspended";
+    /// Ready=False / Stalled=True: `spec.chart.repository.url` breaks the app controller's
+    /// repository rules (an internal address, a host outside the allow-list, or plain http to a
+    /// host not allowed for it); nothing is materialised, so no credentials go to that host.
+    pub const REPOSITORY_NOT_ALLOWED: &str = "RepositoryNotAllowed";
 
     /// Every reason the app controller sets itself (for docs and tests).
-    pub const APP_REASONS: [&str; 11] = [
+    pub const APP_REASONS: [&str; 12] = [
         AWAITING_ENGINE,
         PROGRESSING,
         INVALID_SPEC,
@@ -79,6 +83,7 @@ pub mod reasons {
         DEPENDENCY_NOT_FOUND,
         UNINSTALLING,
         SUSPENDED,
+        REPOSITORY_NOT_ALLOWED,
     ];
 }
 

@@ -38,6 +38,8 @@ struct Cli {
     /// `dependsOn[].namespace` outside the app's own namespace are refused unless listed here.
     #[arg(long, env = "VWS_ALLOWED_NAMESPACE_PAIRS", default_value = "", value_parser = parse_pairs)]
     allowed_namespace_pairs: NamespacePairs,
+    #[command(flatten)]
+    repositories: app_controller::repositories::RepositoryArgs,
 }
 
 fn parse_pairs(s: &str) -> Result<NamespacePairs, String> {
@@ -101,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
         engines,
         scope,
         namespace_pairs: cli.allowed_namespace_pairs,
+        repositories: cli.repositories.policy(),
         gate,
         metrics: controller_metrics,
         recorder,

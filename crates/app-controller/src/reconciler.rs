@@ -90,6 +90,8 @@ pub struct Context {
     pub scope: WatchScope,
     /// Cross-namespace references a cluster administrator allowed (`--allowed-namespace-pairs`).
     pub namespace_pairs: NamespacePairs,
+    /// `spec.chart.repository.url` rules (`--allowed-repository-hosts` and friends).
+    pub repositories: crate::repositories::RepositoryPolicy,
     pub gate: LeaderGate,
     pub metrics: ControllerMetrics,
     pub recorder: Recorder,
@@ -162,6 +164,14 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
 
     if let Some(message) = namespace_refusal(&app.spec, &namespace, &ctx.scope, &ctx.namespace_pairs) {
         return fail(api, &app, ctx, reasons::NAMESPACE_NOT_ALLOWED, message, true, None).await;
+    }
+
+    // Before anything is read or written for the app: a refused URL gets no Flux source, so
+    // source-controller never fetches it and the secretRef credentials never reach it.
+    if let Some(repo) = &app.spec.chart.repository
+        && let Err(message) = ctx.repositories.check(&repo.url)
+    {
+        return fail(api, &app, ctx, reasons::REPOSITORY_NOT_ALLOWED, message, true, None).await;
     }
 
     if let Some(missing) = missing_dependency(&app, &ctx.store) {
@@ -321,7 +331,7 @@ pub fn namespace_refusal(
     pairs: &NamespacePairs,
 ) -> Option<String> {
     let foreign = spec.foreign_namespaces(own_namespace);
-    if let Some((field, ns)) = foreign.iter().find(|(_, ns)| !scope.policy().allows(ns)) {
+    if let Some((field, ns)) = foreign.iter().find(|(_, ns)| !scope.allows_reference(ns)) {
         return Some(format!("{field} {ns} is not allowed ({})", scope.policy()));
     }
     foreign

@@ -2,7 +2,7 @@
 //! `kube::runtime::Controller`s and use `anyhow` for `main`'s error.
 //!
 //! ```sh
-//! cargo run -p controller-kit --example minimal_controller -- --admin-addr 127.0.0.1:8080 --leader-elect
+//! cargo run -p controller-kit --example minimal_controller -- --allowed-namespaces team-a --admin-addr 127.0.0.1:8080 --leader-elect
 //! ```
 
 use std::time::Duration;

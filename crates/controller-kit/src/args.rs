@@ -16,7 +16,9 @@
 //!     engine_namespace: String,
 //! }
 //!
-//! let cli = Cli::parse_from(["app-controller", "--concurrency", "8", "--log-format", "json"]);
+//! let cli = Cli::parse_from([
+//!     "app-controller", "--allowed-namespaces", "team-a", "--concurrency", "8", "--log-format", "json",
+//! ]);
 //! assert_eq!(cli.common.concurrency, 8);
 //! cli.common.validate().unwrap();
 //! ```
@@ -56,14 +58,18 @@ pub struct CommonArgs {
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 
-    /// Namespaces this binary may touch: comma-separated DNS labels, or `*` for all.
-    #[arg(
-        long,
-        env = "VWS_ALLOWED_NAMESPACES",
-        default_value = "*",
-        value_parser = parse_policy,
-    )]
-    pub allowed_namespaces: NamespacePolicy,
+    /// Namespaces this binary may touch: comma-separated DNS labels, or `*` for all. Required
+    /// (no default, so no install is open to every namespace by accident); system namespaces
+    /// (`kube-*`, `flux-system`, `vworkspace-system`, `velero`, the pod's own) are never allowed.
+    // An Option checked in `watch_scope`, not a clap `required`: clap's error would not name
+    // the env var, and this one does.
+    #[arg(long, env = "VWS_ALLOWED_NAMESPACES", value_parser = parse_policy)]
+    pub allowed_namespaces: Option<NamespacePolicy>,
+
+    /// The namespace this binary runs in (the pod's, from the downward API): never allowed,
+    /// since it holds the binary's credentials, Leases and configuration.
+    #[arg(long, env = "POD_NAMESPACE", value_parser = parse_namespace)]
+    pub pod_namespace: Option<String>,
 
     /// Watch this one namespace only, so the binary can run with namespaced RBAC (Role, not ClusterRole).
     #[arg(long, env = "VWS_WATCH_NAMESPACE", value_parser = parse_namespace)]
@@ -133,9 +139,11 @@ impl CommonArgs {
     }
 
     /// Where the controllers should watch: one namespace or the whole cluster,
-    /// combined with the allow-list. Errors if `--watch-namespace` is outside it.
+    /// combined with the allow-list. Errors if the allow-list is missing, if
+    /// `--watch-namespace` is outside it, or if either names a system namespace.
     pub fn watch_scope(&self) -> Result<WatchScope, NamespaceError> {
-        WatchScope::new(self.allowed_namespaces.clone(), self.watch_namespace.clone())
+        let policy = self.allowed_namespaces.clone().ok_or(NamespaceError::Required)?;
+        WatchScope::new(policy, self.watch_namespace.clone())?.with_own_namespace(self.pod_namespace.clone())
     }
 }
 
@@ -216,12 +224,12 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let a = parse(&[]).unwrap();
+        let a = parse(&["--allowed-namespaces", "*"]).unwrap();
         assert_eq!(a.admin_addr, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(a.log_format, LogFormat::Text);
         assert_eq!(a.concurrency, 4);
         assert!(!a.leader_elect);
-        assert_eq!(a.allowed_namespaces, NamespacePolicy::All);
+        assert_eq!(a.allowed_namespaces, Some(NamespacePolicy::All));
         assert_eq!(a.lease_duration, Duration::from_secs(15));
         assert_eq!(a.renew_deadline, Duration::from_secs(10));
         assert_eq!(a.retry_period, Duration::from_secs(2));
@@ -269,6 +277,7 @@ mod tests {
             &["--concurrency", "0"][..],
             &["--allowed-namespaces", ""],
             &["--allowed-namespaces", "Team_A"],
+            &["--allowed-namespaces", "team-a,kube-system"],
             &["--watch-namespace", "-x"],
             &["--lease-duration", "0s"],
             &["--lease-duration", "soon"],
@@ -280,17 +289,79 @@ mod tests {
     }
 
     #[test]
+    fn the_allow_list_is_required_and_system_namespaces_are_refused() {
+        // Parsed without it (so `--help`-style tools and tests still parse), refused at validation.
+        let a = parse(&[]).unwrap();
+        let err = a.validate().unwrap_err();
+        assert!(matches!(err, ArgsError::Namespace(NamespaceError::Required)), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("--allowed-namespaces") && text.contains("VWS_ALLOWED_NAMESPACES"),
+            "{text}"
+        );
+
+        let cases: &[(&[&str], Result<(), NamespaceError>)] = &[
+            (&["--allowed-namespaces", "*"], Ok(())),
+            (&["--allowed-namespaces", "team-a"], Ok(())),
+            (
+                &["--allowed-namespaces", "*", "--watch-namespace", "flux-system"],
+                Err(NamespaceError::System("flux-system".into())),
+            ),
+            (&["--allowed-namespaces", "*", "--pod-namespace", "ops"], Ok(())),
+            (
+                &["--allowed-namespaces", "ops", "--pod-namespace", "ops"],
+                Err(NamespaceError::System("ops".into())),
+            ),
+            (
+                &[
+                    "--allowed-namespaces",
+                    "team-a",
+                    "--watch-namespace",
+                    "team-a",
+                    "--pod-namespace",
+                    "vworkspace-system",
+                ],
+                Ok(()),
+            ),
+        ];
+        for (args, want) in cases {
+            let a = parse(args).unwrap();
+            assert_eq!(&a.watch_scope().map(|_| ()), want, "{args:?}");
+        }
+        let a = parse(&["--allowed-namespaces", "*", "--pod-namespace", "ops"]).unwrap();
+        assert!(!a.watch_scope().unwrap().allows("ops"), "the pod's namespace under *");
+    }
+
+    #[test]
     fn validate_cross_flag_rules() {
         let a = parse(&["--allowed-namespaces", "team-a", "--watch-namespace", "team-b"]).unwrap();
         assert!(matches!(a.validate(), Err(ArgsError::Namespace(_))));
 
-        let a = parse(&["--lease-duration", "10s", "--renew-deadline", "10s"]).unwrap();
-        assert!(matches!(a.validate(), Err(ArgsError::LeaderTimings(_))));
-
-        let a = parse(&["--renew-deadline", "2s", "--retry-period", "2s"]).unwrap();
+        let a = parse(&[
+            "--allowed-namespaces",
+            "*",
+            "--lease-duration",
+            "10s",
+            "--renew-deadline",
+            "10s",
+        ])
+        .unwrap();
         assert!(matches!(a.validate(), Err(ArgsError::LeaderTimings(_))));
 
         let a = parse(&[
+            "--allowed-namespaces",
+            "*",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "2s",
+        ])
+        .unwrap();
+        assert!(matches!(a.validate(), Err(ArgsError::LeaderTimings(_))));
+
+        let a = parse(&[
+            "--allowed-namespaces",
+            "*",
             "--lease-duration",
             "1500ms",
             "--renew-deadline",
@@ -301,7 +372,7 @@ mod tests {
         .unwrap();
         assert!(matches!(a.validate(), Err(ArgsError::LeaderTimings(_))));
 
-        let a = parse(&["--identity", " "]).unwrap();
+        let a = parse(&["--allowed-namespaces", "*", "--identity", " "]).unwrap();
         assert!(matches!(a.validate(), Err(ArgsError::EmptyIdentity)));
     }
 

@@ -6,6 +6,12 @@
 //! an object and use [`NamespacePolicy`]'s `Display` in condition messages when they
 //! refuse. `--watch-namespace` narrows the watch itself (namespaced RBAC), and must
 //! lie inside the allow-list.
+//!
+//! The allow-list is required (no implicit `*`), and some namespaces are never allowed,
+//! not even under `*` ([`is_system_namespace`]): the cluster's own (`kube-*`), Flux's,
+//! Velero's and the operator's. Writing into one of them is a cluster-wide escalation
+//! (a release in `kube-system` or `flux-system` runs with the rights of what lives
+//! there), so no flag can open them.
 
 use std::{collections::BTreeSet, fmt, str::FromStr};
 
@@ -15,6 +21,15 @@ pub enum NamespaceError {
     /// The flag was empty; use `*` to allow all namespaces.
     #[error("the namespace list is empty; use \"*\" to allow all namespaces")]
     Empty,
+    /// No allow-list was given at all: the binary must be told where it may act.
+    #[error(
+        "no namespace allow-list: set --allowed-namespaces or the env var VWS_ALLOWED_NAMESPACES \
+         (comma-separated namespaces, or \"*\" for every namespace but the system ones)"
+    )]
+    Required,
+    /// A namespace that is never allowed was named explicitly.
+    #[error("{0:?} is a system namespace and is never allowed ({SYSTEM_NAMESPACES_TEXT})")]
+    System(String),
     /// An entry between two commas was blank (e.g. `team-a,,team-b`).
     #[error("the namespace list {0:?} has an empty entry")]
     EmptyEntry(String),
@@ -43,6 +58,23 @@ pub enum NamespaceError {
         /// The policy it violates.
         policy: NamespacePolicy,
     },
+}
+
+/// Namespaces that are never allowed, by exact name. Every `kube-` namespace is refused too
+/// (Kubernetes reserves that prefix: `kube-system`, `kube-public`, `kube-node-lease`).
+/// `velero` is here because whoever writes there reads and writes every namespace through
+/// Velero Backups and Restores.
+pub const SYSTEM_NAMESPACES: &[&str] = &["flux-system", "vworkspace-system", "velero"];
+
+/// The rule in words, for messages and docs.
+pub const SYSTEM_NAMESPACES_TEXT: &str =
+    "system namespaces: kube-*, flux-system, vworkspace-system, velero and the binary's own namespace";
+
+/// Whether `namespace` is a system namespace no policy may allow: a `kube-` namespace, one of
+/// [`SYSTEM_NAMESPACES`], or `own` (the binary's pod namespace, when known), so a tenant's
+/// release can never reach the operator's Secrets, Leases or RBAC.
+pub fn is_system_namespace(namespace: &str, own: Option<&str>) -> bool {
+    namespace.starts_with("kube-") || SYSTEM_NAMESPACES.contains(&namespace) || own == Some(namespace)
 }
 
 /// Checks that `name` is a DNS-1123 label, the rule Kubernetes applies to namespace names.
@@ -81,12 +113,15 @@ pub enum NamespacePolicy {
 }
 
 impl NamespacePolicy {
-    /// Whether objects in `namespace` may be read and written.
+    /// Whether objects in `namespace` may be read and written. A system namespace never is,
+    /// not even under `*` ([`is_system_namespace`]; the binary's own namespace is checked by
+    /// [`WatchScope`], which knows it).
     pub fn allows(&self, namespace: &str) -> bool {
-        match self {
-            Self::All => true,
-            Self::AllowList(set) => set.contains(namespace),
-        }
+        !is_system_namespace(namespace, None)
+            && match self {
+                Self::All => true,
+                Self::AllowList(set) => set.contains(namespace),
+            }
     }
 }
 
@@ -108,6 +143,11 @@ impl FromStr for NamespacePolicy {
                 "*" => return Err(NamespaceError::WildcardNotAlone),
                 name => {
                     validate_namespace(name)?;
+                    // Refused at startup rather than dropped: a listed system namespace
+                    // is a configuration mistake the operator should see.
+                    if is_system_namespace(name, None) {
+                        return Err(NamespaceError::System(name.to_owned()));
+                    }
                     set.insert(name.to_owned());
                 }
             }
@@ -120,7 +160,7 @@ impl FromStr for NamespacePolicy {
 impl fmt::Display for NamespacePolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::All => f.write_str("allowed namespaces: all"),
+            Self::All => write!(f, "allowed namespaces: all but the {SYSTEM_NAMESPACES_TEXT}"),
             Self::AllowList(set) => {
                 f.write_str("allowed namespaces: ")?;
                 for (i, ns) in set.iter().enumerate() {
@@ -173,6 +213,8 @@ impl FromStr for NamespacePairs {
 pub struct WatchScope {
     policy: NamespacePolicy,
     watch_namespace: Option<String>,
+    /// The binary's own (pod) namespace, never allowed: see [`WatchScope::with_own_namespace`].
+    own_namespace: Option<String>,
 }
 
 impl WatchScope {
@@ -181,6 +223,9 @@ impl WatchScope {
     pub fn new(policy: NamespacePolicy, watch_namespace: Option<String>) -> Result<Self, NamespaceError> {
         if let Some(ns) = &watch_namespace {
             validate_namespace(ns)?;
+            if is_system_namespace(ns, None) {
+                return Err(NamespaceError::System(ns.clone()));
+            }
             if !policy.allows(ns) {
                 return Err(NamespaceError::WatchNotAllowed {
                     namespace: ns.clone(),
@@ -191,7 +236,22 @@ impl WatchScope {
         Ok(Self {
             policy,
             watch_namespace,
+            own_namespace: None,
         })
+    }
+
+    /// Never allows `own`, the namespace the binary runs in (its pod's, from the downward
+    /// API), which holds its credentials, Leases and configuration. Naming it in the
+    /// allow-list or as the watch namespace is a startup error.
+    pub fn with_own_namespace(mut self, own: Option<String>) -> Result<Self, NamespaceError> {
+        if let Some(own) = &own {
+            let listed = matches!(&self.policy, NamespacePolicy::AllowList(set) if set.contains(own));
+            if listed || self.watch_namespace.as_ref() == Some(own) {
+                return Err(NamespaceError::System(own.clone()));
+            }
+        }
+        self.own_namespace = own;
+        Ok(self)
     }
 
     /// The allow-list.
@@ -207,7 +267,14 @@ impl WatchScope {
     /// Whether an object in `namespace` may be acted on: inside the watch namespace
     /// (when one is set) and allowed by the policy.
     pub fn allows(&self, namespace: &str) -> bool {
-        self.watch_namespace.as_deref().is_none_or(|w| w == namespace) && self.policy.allows(namespace)
+        self.watch_namespace.as_deref().is_none_or(|w| w == namespace) && self.allows_reference(namespace)
+    }
+
+    /// Whether `namespace` may be named by an object (a target, a source, a dependency):
+    /// allowed by the policy and not the binary's own namespace. Unlike [`WatchScope::allows`],
+    /// the watch namespace does not narrow it.
+    pub fn allows_reference(&self, namespace: &str) -> bool {
+        self.policy.allows(namespace) && !is_system_namespace(namespace, self.own_namespace.as_deref())
     }
 
     /// An `Api` over the watched namespace, or over all namespaces for a cluster-wide watch.
@@ -248,6 +315,14 @@ mod tests {
             ),
             ("team-a,", Err(NamespaceError::EmptyEntry("team-a,".into()))),
             ("*,team-a", Err(NamespaceError::WildcardNotAlone)),
+            ("kube-system", Err(NamespaceError::System("kube-system".into()))),
+            ("team-a,flux-system", Err(NamespaceError::System("flux-system".into()))),
+            (
+                "vworkspace-system",
+                Err(NamespaceError::System("vworkspace-system".into())),
+            ),
+            ("velero,team-a", Err(NamespaceError::System("velero".into()))),
+            ("kube-node-lease", Err(NamespaceError::System("kube-node-lease".into()))),
         ];
         for (input, want) in cases {
             assert_eq!(&input.parse::<NamespacePolicy>(), want, "input {input:?}");
@@ -304,12 +379,93 @@ mod tests {
     }
 
     #[test]
+    fn system_namespaces_table() {
+        let cases: &[(&str, Option<&str>, bool)] = &[
+            ("kube-system", None, true),
+            ("kube-public", None, true),
+            ("kube-node-lease", None, true),
+            ("kube-anything-new", None, true),
+            ("flux-system", None, true),
+            ("vworkspace-system", None, true),
+            ("velero", None, true),
+            ("ops", Some("ops"), true),
+            ("ops", None, false),
+            ("ops", Some("vworkspace-ops"), false),
+            ("default", None, false),
+            ("kubernetes", None, false),
+            ("team-a", Some("vworkspace-system"), false),
+            ("my-kube-system", None, false),
+        ];
+        for (ns, own, want) in cases {
+            assert_eq!(is_system_namespace(ns, *own), *want, "{ns} (own {own:?})");
+        }
+    }
+
+    #[test]
+    fn system_namespaces_are_never_allowed_even_under_the_wildcard() {
+        for ns in [
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "flux-system",
+            "vworkspace-system",
+            "velero",
+        ] {
+            assert!(!NamespacePolicy::All.allows(ns), "{ns}");
+            let scope = WatchScope::new(NamespacePolicy::All, None).unwrap();
+            assert!(!scope.allows(ns) && !scope.allows_reference(ns), "{ns}");
+            assert_eq!(
+                WatchScope::new(NamespacePolicy::All, Some(ns.to_owned())),
+                Err(NamespaceError::System(ns.to_owned())),
+            );
+        }
+    }
+
+    #[test]
+    fn own_namespace_table() {
+        let all = || WatchScope::new(NamespacePolicy::All, None).unwrap();
+        let scope = all().with_own_namespace(Some("ops".into())).unwrap();
+        assert!(!scope.allows("ops"), "own namespace under *");
+        assert!(!scope.allows_reference("ops"), "own namespace as a target");
+        assert!(scope.allows("team-a"));
+        assert!(scope.allows_reference("team-a"));
+        assert!(all().with_own_namespace(None).unwrap().allows("ops"));
+
+        let listed = WatchScope::new(set(&["ops", "team-a"]), None).unwrap();
+        assert_eq!(
+            listed.with_own_namespace(Some("ops".into())),
+            Err(NamespaceError::System("ops".into())),
+            "the own namespace named explicitly is a startup error"
+        );
+        let watched = WatchScope::new(NamespacePolicy::All, Some("ops".into())).unwrap();
+        assert_eq!(
+            watched.with_own_namespace(Some("ops".into())),
+            Err(NamespaceError::System("ops".into()))
+        );
+        // The namespaced overlay: the pod runs in vworkspace-system and watches team-a.
+        let confined = WatchScope::new(set(&["team-a"]), Some("team-a".into()))
+            .unwrap()
+            .with_own_namespace(Some("vworkspace-system".into()))
+            .unwrap();
+        assert!(confined.allows("team-a"));
+    }
+
+    #[test]
     fn display() {
         assert_eq!(
             set(&["team-b", "team-a"]).to_string(),
             "allowed namespaces: team-a, team-b"
         );
-        assert_eq!(NamespacePolicy::All.to_string(), "allowed namespaces: all");
+        assert_eq!(
+            NamespacePolicy::All.to_string(),
+            "allowed namespaces: all but the system namespaces: kube-*, flux-system, vworkspace-system, velero \
+             and the binary's own namespace"
+        );
+        assert!(
+            NamespaceError::Required.to_string().contains("--allowed-namespaces")
+                && NamespaceError::Required.to_string().contains("VWS_ALLOWED_NAMESPACES"),
+            "the startup error names the flag and the env var"
+        );
     }
 
     #[test]

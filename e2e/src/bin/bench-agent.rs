@@ -379,7 +379,9 @@ async fn latency_run(client: &Client, args: &Args, channel: bool) -> anyhow::Res
         a
     };
     // Port 0: the kernel picks a free one; nothing here reads this controller's metrics.
-    let controller_args = publisher_args("127.0.0.1:0");
+    let mut controller_args = publisher_args("127.0.0.1:0");
+    // The bench charts are served over plain http on 127.0.0.1 (e2e::CHART_REPO).
+    controller_args.extend(["--insecure-repository-hosts".to_owned(), "127.0.0.1".to_owned()]);
     let controller_args: Vec<&str> = controller_args.iter().map(String::as_str).collect();
     let controller = ControllerProcess::start(
         SCOPE,

@@ -160,9 +160,21 @@ async fn main() -> anyhow::Result<()> {
         "app-controller",
         "bench-app-controller",
         |admin| {
-            ["--admin-addr", admin, "--concurrency", "8", "--log-filter", "warn"]
-                .map(str::to_owned)
-                .to_vec()
+            [
+                "--admin-addr",
+                admin,
+                "--concurrency",
+                "8",
+                "--log-filter",
+                "warn",
+                "--allowed-namespaces",
+                &ns,
+                // The bench charts are served over plain http on 127.0.0.1 (e2e::CHART_REPO).
+                "--insecure-repository-hosts",
+                "127.0.0.1",
+            ]
+            .map(str::to_owned)
+            .to_vec()
         },
         &[],
     )
