@@ -678,3 +678,54 @@ pub async fn push_call(
     let value = serde_json::from_str(&text).with_context(|| format!("HTTP {status}, not JSON: {text}"))?;
     Ok((status, value))
 }
+
+/// The binaries that publish to the agent's status channel, each as its ServiceAccount of
+/// the same name in `vworkspace-system` (the agent's default `--status-channel-clients`).
+pub const STATUS_PUBLISHERS: [&str; 5] = [
+    "app-controller",
+    "backup-engine",
+    "restore-engine",
+    "upgrade-engine",
+    "runbook-engine",
+];
+
+/// A token of ServiceAccount `vworkspace-system/<service_account>` for `audience` (the
+/// status channel's by default), minted with the TokenRequest API (`kubectl create
+/// token`): what the kubelet projects into the bundle's pods, for processes that run
+/// outside the cluster. Written to a file (once per test process, ServiceAccount and
+/// audience); returns its path.
+pub async fn service_account_token(service_account: &str, audience: Option<&str>) -> anyhow::Result<PathBuf> {
+    static MINTED: tokio::sync::Mutex<Vec<(String, PathBuf)>> = tokio::sync::Mutex::const_new(Vec::new());
+    let audience = audience.unwrap_or(status_channel::auth::AUDIENCE);
+    let key = format!("{service_account}.{audience}");
+    let mut minted = MINTED.lock().await;
+    if let Some((_, path)) = minted.iter().find(|(k, _)| *k == key) {
+        return Ok(path.clone());
+    }
+    crate::deploy::ensure_bundle_rbac().await?;
+    let token = crate::deploy::kubectl(
+        &[
+            "create",
+            "token",
+            service_account,
+            "-n",
+            crate::deploy::SYSTEM_NAMESPACE,
+            "--audience",
+            audience,
+            "--duration",
+            "2h",
+        ],
+        None,
+    )
+    .await?;
+    let dir = cluster_dir().join("tokens");
+    std::fs::create_dir_all(&dir)?;
+    let file: String = key
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .collect();
+    let path = dir.join(format!("{file}.{}.token", std::process::id()));
+    std::fs::write(&path, token.trim())?;
+    minted.push((key, path.clone()));
+    Ok(path)
+}

@@ -216,6 +216,12 @@ impl ControllerProcess {
         if let Some(kubeconfig) = crate::deploy::least_privilege_kubeconfig(binary).await? {
             all_env.push(("KUBECONFIG".into(), kubeconfig.into()));
         }
+        // Publishers authenticate to the agent's status channel with their ServiceAccount's
+        // token, as the projected volume gives them in the bundle.
+        if crate::agent::STATUS_PUBLISHERS.contains(&binary) {
+            let token = crate::agent::service_account_token(binary, None).await?;
+            all_env.push((status_channel::auth::TOKEN_FILE_ENV.into(), token.into()));
+        }
         all_env.extend(env.iter().map(|(k, v)| ((*k).into(), (*v).into())));
         let log_path = cluster_dir().join("logs").join(format!("{log_name}.log"));
         Self::spawn(scope, &path, &log_path, args, &all_env)

@@ -87,6 +87,21 @@ pub struct AgentArgs {
     #[arg(long, env = "VWS_STATUS_CHANNEL_ADDR", default_value = "0.0.0.0:9090", value_parser = parse_listen_addr)]
     pub status_channel_addr: ListenAddr,
 
+    /// Audience the status channel's publishers' ServiceAccount tokens must be issued for
+    /// (their projected token volume's `audience`); checked by a TokenReview.
+    #[arg(long, env = "VWS_STATUS_CHANNEL_AUDIENCE", default_value = status_channel::auth::AUDIENCE)]
+    pub status_channel_audience: String,
+
+    /// ServiceAccounts allowed to publish to the status channel, comma-separated: `name`
+    /// (in the agent's own namespace) or `namespace/name`. Any other token is refused.
+    #[arg(
+        long,
+        env = "VWS_STATUS_CHANNEL_CLIENTS",
+        value_delimiter = ',',
+        default_value = "app-controller,backup-engine,restore-engine,upgrade-engine,runbook-engine"
+    )]
+    pub status_channel_clients: Vec<String>,
+
     /// How intent reaches the agent: `pull` (it calls Odoo, outbound only; the default) or
     /// `push` (Odoo calls its HTTPS endpoint; opt-in, see docs/connectivity).
     #[arg(long, env = "VWS_AGENT_MODE", default_value = "pull", value_parser = parse_mode)]
@@ -261,6 +276,17 @@ mod tests {
         assert_eq!(a.status_configmap, "vworkspace-agent-status");
         assert_eq!(a.max_backoff, Duration::from_secs(300));
         assert_eq!(a.status_channel_addr, ListenAddr(Some("0.0.0.0:9090".parse().unwrap())));
+        assert_eq!(a.status_channel_audience, "vworkspace-status-channel");
+        assert_eq!(
+            a.status_channel_clients,
+            [
+                "app-controller",
+                "backup-engine",
+                "restore-engine",
+                "upgrade-engine",
+                "runbook-engine"
+            ]
+        );
         assert_eq!(a.mode, AgentMode::Pull, "pull is the default");
         a.validate().unwrap();
         assert_eq!(

@@ -16,6 +16,7 @@
 
 pub mod apply;
 pub mod channel;
+pub mod channel_auth;
 pub mod cli;
 pub mod client;
 pub mod credentials;
@@ -177,6 +178,8 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
         .lease_namespace
         .clone()
         .unwrap_or_else(|| rt.client.default_namespace().to_owned());
+    let status_clients = channel_auth::allowed_users(&args.status_channel_clients, &own_namespace)
+        .map_err(|e| anyhow::anyhow!("--status-channel-clients: {e}"))?;
     // Pull needs the control plane's client and key; push a bound endpoint and a token.
     // Both are set up before anything else, so a wrong flag or file fails the start.
     let inbound = match args.mode {
@@ -243,7 +246,19 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
     let mut tasks = status::spawn_watches(rt.client.clone(), scope.clone(), status.clone(), rt.shutdown.clone());
     if let Some(addr) = args.status_channel_addr.0 {
         let (hint_tx, hints) = mpsc::channel::<StatusHint>(HINT_BUFFER);
-        tasks.extend(channel::spawn(addr, hint_tx, &rt.metrics, rt.shutdown.clone()));
+        let auth = channel_auth::TokenReviewAuth::new(
+            rt.client.clone(),
+            args.status_channel_audience.clone(),
+            status_clients,
+            &rt.metrics,
+        );
+        tasks.extend(channel::spawn(
+            addr,
+            Arc::new(auth),
+            hint_tx,
+            &rt.metrics,
+            rt.shutdown.clone(),
+        ));
         tasks.push(tokio::spawn(status::consume_hints(
             rt.client.clone(),
             scope.clone(),

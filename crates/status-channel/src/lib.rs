@@ -10,11 +10,18 @@
 //! overflows or the connection is (re)established, buffered events are dropped and a
 //! `Resync` marker is sent instead: the agent re-lists the CRs, which is always correct
 //! because every event carries full state, not a delta.
+//!
+//! The channel is authenticated ([`auth`]): a publisher sends its projected ServiceAccount
+//! token (audience [`auth::AUDIENCE`]) with each stream, and the server refuses a stream
+//! before reading it unless its [`auth::Authenticator`] accepts the token. Messages are
+//! capped at [`auth::MAX_MESSAGE_BYTES`].
 
+pub mod auth;
 pub mod convert;
 pub mod publisher;
 pub mod server;
 
+pub use auth::{Authenticator, Refused};
 pub use publisher::{Publisher, PublisherConfig};
 pub use server::{Received, serve};
 

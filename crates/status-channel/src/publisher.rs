@@ -1,6 +1,7 @@
 //! The publishing side: a cheap, cloneable, never-blocking handle.
 
 use std::{
+    path::PathBuf,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -8,12 +9,22 @@ use std::{
     time::Duration,
 };
 
+use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
+use tonic::{metadata::MetadataValue, transport::Endpoint};
 use tracing::{debug, info, warn};
 
-use crate::pb::{self, status_channel_client::StatusChannelClient, status_event::Payload};
+use crate::{
+    auth::{MAX_MESSAGE_BYTES, token_file_from_env},
+    pb::{self, status_channel_client::StatusChannelClient, status_event::Payload},
+};
+
+/// Room left in an event for its envelope (sequence, names) besides the object status.
+const ENVELOPE_BYTES: usize = 1024;
+
+/// A condition message cut to this when an event would exceed the server's cap.
+const SHRUNK_MESSAGE_BYTES: usize = 1024;
 
 /// Where and as whom to publish.
 #[derive(Debug, Clone)]
@@ -26,6 +37,10 @@ pub struct PublisherConfig {
     pub instance: String,
     /// Events buffered while disconnected or slow; beyond this, drop and resync.
     pub capacity: usize,
+    /// File holding the ServiceAccount token sent with each stream (a projected token
+    /// with audience [`crate::auth::AUDIENCE`]). Read again on every connection, because
+    /// the kubelet rotates it. `None` sends no token (the agent then refuses the stream).
+    pub token_file: Option<PathBuf>,
 }
 
 /// Counters of a publisher (for tests and metrics).
@@ -53,7 +68,9 @@ impl Publisher {
         }
     }
 
-    /// The publisher for an optional endpoint flag: disabled when `None`.
+    /// The publisher for an optional endpoint flag: disabled when `None`. The token is
+    /// read from `$VWS_STATUS_CHANNEL_TOKEN_FILE`, else the bundle's projected volume
+    /// ([`crate::auth::DEFAULT_TOKEN_FILE`]).
     pub fn from_flag(endpoint: Option<&str>, publisher: &str, instance: &str) -> Self {
         match endpoint {
             Some(endpoint) => Self::spawn(PublisherConfig {
@@ -61,6 +78,7 @@ impl Publisher {
                 publisher: publisher.to_owned(),
                 instance: instance.to_owned(),
                 capacity: 1024,
+                token_file: Some(token_file_from_env()),
             }),
             None => Self::disabled(),
         }
@@ -82,6 +100,13 @@ impl Publisher {
     /// dropped and the agent will be told to re-list.
     pub fn publish(&self, status: pb::ObjectStatus) {
         let Some(tx) = &self.tx else { return };
+        // An event the agent would refuse would end the stream: shrink it, or drop it and
+        // let the resync marker repair (the agent re-reads the object from the API).
+        let Some(status) = fit(status) else {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            self.overflow.store(true, Ordering::Relaxed);
+            return;
+        };
         match tx.try_send(status) {
             Ok(()) => {
                 self.counters.published.fetch_add(1, Ordering::Relaxed);
@@ -107,6 +132,41 @@ impl Publisher {
     pub fn dropped(&self) -> u64 {
         self.counters.dropped.load(Ordering::Relaxed)
     }
+}
+
+/// `status` within the server's message cap: as is, else with condition messages cut to
+/// [`SHRUNK_MESSAGE_BYTES`] (on a character boundary), else `None`.
+fn fit(mut status: pb::ObjectStatus) -> Option<pb::ObjectStatus> {
+    let limit = MAX_MESSAGE_BYTES - ENVELOPE_BYTES;
+    if status.encoded_len() <= limit {
+        return Some(status);
+    }
+    for c in &mut status.conditions {
+        if c.message.len() > SHRUNK_MESSAGE_BYTES {
+            let mut end = SHRUNK_MESSAGE_BYTES;
+            while !c.message.is_char_boundary(end) {
+                end -= 1;
+            }
+            c.message.truncate(end);
+        }
+    }
+    (status.encoded_len() <= limit).then_some(status)
+}
+
+/// The token to send, read now (the kubelet rotates the file). Errors are logged at debug
+/// with the path only, never the content.
+fn read_token(path: Option<&PathBuf>) -> Option<MetadataValue<tonic::metadata::Ascii>> {
+    let path = path?;
+    let token = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            debug!(path = %path.display(), error = %e, "cannot read the status channel token; connecting without it");
+            return None;
+        }
+    };
+    let mut value = MetadataValue::try_from(format!("Bearer {}", token.trim())).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 /// Reconnect delays: 0.5 s doubling to 30 s; reset after a connection that carried events.
@@ -164,11 +224,24 @@ async fn run(config: PublisherConfig, mut rx: mpsc::Receiver<pb::ObjectStatus>, 
         if out_tx.send(resync).await.is_err() {
             continue;
         }
-        let response = client.publish(ReceiverStream::new(out_rx)).await;
+        let mut request = tonic::Request::new(ReceiverStream::new(out_rx));
+        if let Some(token) = read_token(config.token_file.as_ref()) {
+            request.metadata_mut().insert("authorization", token);
+        }
+        let response = client.publish(request).await;
         let mut acks = match response {
             Ok(response) => response.into_inner(),
             Err(status) => {
-                debug!(error = %status, "status channel refused the stream; retrying");
+                // A refused token (wrong ServiceAccount, missing volume) is a deployment
+                // error worth seeing; it is retried with backoff, so this is not a flood.
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) {
+                    warn!(endpoint = %config.endpoint, error = %status.message(), "status channel refused this publisher; retrying");
+                } else {
+                    debug!(error = %status, "status channel refused the stream; retrying");
+                }
                 tokio::time::sleep(backoff(attempt)).await;
                 attempt = attempt.saturating_add(1);
                 continue;
@@ -208,6 +281,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn events_are_shrunk_to_the_cap_or_dropped() {
+        let with = |messages: &[usize]| pb::ObjectStatus {
+            conditions: messages
+                .iter()
+                .map(|&n| pb::Condition {
+                    message: "é".repeat(n / 2),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        // (condition message sizes, kept?, every message at most this long after)
+        let cases: [(&[usize], bool, usize); 4] = [
+            (&[100, 4096], true, 4096),
+            (&[4096; 8], true, 4096),
+            (&[70_000], true, SHRUNK_MESSAGE_BYTES),
+            (&[SHRUNK_MESSAGE_BYTES; 80], false, 0),
+        ];
+        for (sizes, kept, longest) in cases {
+            let out = fit(with(sizes));
+            assert_eq!(out.is_some(), kept, "{sizes:?}");
+            if let Some(out) = out {
+                assert!(out.encoded_len() <= MAX_MESSAGE_BYTES - ENVELOPE_BYTES);
+                assert!(out.conditions.iter().all(|c| c.message.len() <= longest), "{sizes:?}");
+            }
+        }
+    }
+
+    #[test]
     fn backoff_doubles_and_caps() {
         assert_eq!(backoff(0), Duration::from_millis(500));
         assert_eq!(backoff(1), Duration::from_secs(1));
@@ -231,6 +333,7 @@ mod tests {
             publisher: "test".into(),
             instance: "t-0".into(),
             capacity: 4,
+            token_file: None,
         });
         let started = std::time::Instant::now();
         for _ in 0..100 {
