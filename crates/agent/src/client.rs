@@ -50,6 +50,12 @@ pub enum ClientError {
         "control plane URL {0:?} must use https:// (plain http:// only with --insecure-allow-http, for development)"
     )]
     InsecureUrl(String),
+    /// The URL carries `user[:password]@`: credentials belong in the API key's Secret. The
+    /// URL is shown without them, so the error never echoes a password.
+    #[error(
+        "control plane URL {0:?} must not carry credentials (user:password@): put the API key in the Secret (--credentials-secret) or --api-key-file"
+    )]
+    CredentialsInUrl(String),
     /// The URL does not parse.
     #[error("invalid control plane URL {url:?}: {reason}")]
     InvalidUrl {
@@ -178,6 +184,22 @@ pub struct ControlPlaneClient {
     max_response_bytes: usize,
 }
 
+/// `url` with its userinfo replaced by `***`, when it has any (`https://u:p@h/x` gives
+/// `https://***@h/x`); `None` when it has none. Works on the raw text, so a URL that
+/// would not parse is caught too.
+pub fn without_userinfo(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let at = authority.rfind('@')?;
+    let host = &authority[at + 1..];
+    Some(if scheme.is_empty() {
+        format!("***@{host}{tail}")
+    } else {
+        format!("{scheme}://***@{host}{tail}")
+    })
+}
+
 fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
@@ -196,6 +218,10 @@ impl ControlPlaneClient {
     /// Builds the client; checks the scheme and loads the CA bundle.
     pub fn new(config: &ClientConfig) -> Result<Self, ClientError> {
         let url = config.url.trim().trim_end_matches('/').to_owned();
+        // Before anything that could echo the URL: later errors, logs, the status ConfigMap.
+        if let Some(redacted) = without_userinfo(&url) {
+            return Err(ClientError::CredentialsInUrl(redacted));
+        }
         let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         match scheme.as_deref() {
             Some("https") => {}
@@ -375,6 +401,28 @@ impl ControlPlaneClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_with_credentials_are_refused_without_echoing_them() {
+        // (url, redacted form when it carries userinfo)
+        let cases = [
+            ("https://odoo.example.com", None),
+            ("https://odoo.example.com/odoo?db=a@b", None),
+            ("https://bot:s3cret@odoo.example.com", Some("https://***@odoo.example.com")),
+            ("https://bot@odoo.example.com:8443/x", Some("https://***@odoo.example.com:8443/x")),
+            ("http://a:b@c@odoo/p", Some("http://***@odoo/p")),
+            ("bot:s3cret@odoo", Some("***@odoo")),
+        ];
+        for (url, want) in cases {
+            assert_eq!(without_userinfo(url).as_deref(), want, "{url}");
+        }
+        for url in ["https://bot:s3cret@odoo.example.com", "http://bot:s3cret@odoo", "bot:s3cret@odoo"] {
+            let err = ControlPlaneClient::new(&config(url)).unwrap_err();
+            assert!(matches!(err, ClientError::CredentialsInUrl(_)), "{url}: {err}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+            assert!(!format!("{err:?}").contains("s3cret"), "{err:?}");
+        }
+    }
 
     fn config(url: &str) -> ClientConfig {
         ClientConfig {
