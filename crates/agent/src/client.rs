@@ -408,15 +408,25 @@ mod tests {
         let cases = [
             ("https://odoo.example.com", None),
             ("https://odoo.example.com/odoo?db=a@b", None),
-            ("https://bot:s3cret@odoo.example.com", Some("https://***@odoo.example.com")),
-            ("https://bot@odoo.example.com:8443/x", Some("https://***@odoo.example.com:8443/x")),
+            (
+                "https://bot:s3cret@odoo.example.com",
+                Some("https://***@odoo.example.com"),
+            ),
+            (
+                "https://bot@odoo.example.com:8443/x",
+                Some("https://***@odoo.example.com:8443/x"),
+            ),
             ("http://a:b@c@odoo/p", Some("http://***@odoo/p")),
             ("bot:s3cret@odoo", Some("***@odoo")),
         ];
         for (url, want) in cases {
             assert_eq!(without_userinfo(url).as_deref(), want, "{url}");
         }
-        for url in ["https://bot:s3cret@odoo.example.com", "http://bot:s3cret@odoo", "bot:s3cret@odoo"] {
+        for url in [
+            "https://bot:s3cret@odoo.example.com",
+            "http://bot:s3cret@odoo",
+            "bot:s3cret@odoo",
+        ] {
             let err = ControlPlaneClient::new(&config(url)).unwrap_err();
             assert!(matches!(err, ClientError::CredentialsInUrl(_)), "{url}: {err}");
             assert!(!err.to_string().contains("s3cret"), "{err}");
