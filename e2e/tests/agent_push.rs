@@ -289,10 +289,20 @@ async fn push_without_valid_credentials_applies_nothing_and_the_allow_list_still
         ),
         2.0
     );
+    // Refusals are logged, but at most one line per interval (each counting the lines it
+    // stands for): a flood of bad tokens costs the log a line or two, the metrics count all.
+    for _ in 0..50 {
+        let (status, _) = push_call(&odoo, &agent.url, "status", Some(&wrong), &json!({"full": true})).await?;
+        assert_eq!(status, 401);
+    }
+    let metrics = http_get(&agent.agent.admin_addr, "/metrics").await?;
+    assert!(metric_sum(&metrics, "vworkspace_agent_push_requests_total", &["code=\"401\""]) >= 54.0);
     let logs = agent.agent.process.logs();
+    assert!(logs.contains("invalid push token"), "the first refusal is logged");
+    let lines = logs.matches("push request refused").count();
     assert!(
-        logs.contains("invalid push token") && logs.contains("missing bearer token"),
-        "refusals are logged"
+        (1..=4).contains(&lines),
+        "55 refusals in a few seconds: {lines} log lines"
     );
     for t in [&token, &wrong] {
         assert_never_leaked(&ctx, t, &agent.agent, &[("answers", serde_json::to_string(&answers)?)]).await?;
@@ -454,4 +464,73 @@ async fn the_simulator_in_push_mode_drives_the_agent_like_the_odoo_module() -> a
         &[("simulator view", view.to_string()), ("simulator log", sim.logs())],
     )
     .await
+}
+
+/// The attack of review M7: connections opened and never completed (no TLS handshake) held
+/// every one of the endpoint's slots for up to 20 s each. Now each client address holds at
+/// most its share (`--push-max-connections-per-ip`, 8 by default): the attacker's extra
+/// connections are closed at once, and Odoo, from another address, is served meanwhile.
+#[tokio::test]
+async fn a_client_holding_connections_open_cannot_lock_odoo_out() -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+
+    let ctx = TestContext::new("push-slots").await?;
+    let pki = PushPki::generate(&ctx)?;
+    let (token, token_path) = token_file(&ctx, "push")?;
+    let agent = start_push_agent(&ctx, &pki, &token_path, false, "").await?;
+    let odoo = pki.client(None)?;
+    wait_serving(&ctx, &odoo, &agent, &token).await?;
+    let addr: std::net::SocketAddr = agent.url.trim_start_matches("https://").parse()?;
+
+    // The attacker: another loopback address, 80 connections (more than the endpoint's 64
+    // slots), none of which ever sends a byte.
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind("127.0.0.2:0".parse()?)?;
+        held.push(socket.connect(addr).await?);
+    }
+    // Those over the per-address limit are closed by the agent (end of stream at once);
+    // the first ones stay open, waiting for a handshake.
+    let mut closed = 0;
+    for stream in &mut held {
+        let mut buf = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(std::time::Duration::from_millis(200), stream.read(&mut buf)).await {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 80 - 8,
+        "connections beyond the per-address limit are closed: {closed} of 80"
+    );
+
+    // Odoo is served while the attacker holds its share, well within the handshake timeout.
+    let started = std::time::Instant::now();
+    let (status, answer) = push_call(&odoo, &agent.url, "status", Some(&token), &json!({"full": true})).await?;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(held);
+    Ok(())
+}
+
+/// A push token shorter than 32 bytes is a start-up error, which does not quote it.
+#[tokio::test]
+async fn a_short_push_token_is_refused_at_start() -> anyhow::Result<()> {
+    let ctx = TestContext::new("push-short").await?;
+    let pki = PushPki::generate(&ctx)?;
+    let short = "short-Token-31-bytes-0123456789";
+    assert_eq!(short.len(), 31);
+    let path = work_dir(&ctx)?.join("push-token-short");
+    std::fs::write(&path, short)?;
+    let err = match start_push_agent(&ctx, &pki, &path, false, "-short").await {
+        Ok(_) => anyhow::bail!("the agent started with a 31-byte push token"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("at least 32 are required"), "{err}");
+    assert!(!err.contains(short), "the error does not quote the token: {err}");
+    Ok(())
 }

@@ -145,6 +145,13 @@ pub struct AgentArgs {
     #[arg(long, env = "VWS_PUSH_TOKEN_SECRET_KEY", default_value = "push-token")]
     pub push_token_secret_key: String,
 
+    /// Push mode: open connections allowed per client address; more are closed before the
+    /// TLS handshake. Raise it when Odoo reaches the agent through a proxy or NAT that
+    /// shares one address with other clients.
+    #[arg(long, env = "VWS_PUSH_MAX_CONNECTIONS_PER_IP", default_value_t = crate::push::limits::CONNECTIONS_PER_IP,
+        value_parser = parse_connections)]
+    pub push_max_connections_per_ip: usize,
+
     /// Push mode: largest request body accepted, in bytes (suffixes Ki, Mi); larger is 413.
     #[arg(long, env = "VWS_PUSH_MAX_BODY", default_value = "8Mi", value_parser = parse_size)]
     pub push_max_body: usize,
@@ -195,6 +202,14 @@ impl AgentArgs {
             AgentMode::Unknown => return Err(ModeError::UnknownMode),
         }
         Ok(())
+    }
+}
+
+/// 1 to 1024 connections.
+pub fn parse_connections(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("invalid connection count {s:?}: use 1 to 1024")),
     }
 }
 
@@ -356,6 +371,7 @@ mod tests {
         assert_eq!(push.control_plane_url, None);
         assert_eq!(push.push_addr, "0.0.0.0:8443".parse().unwrap());
         assert_eq!(push.push_max_body, 8 * 1024 * 1024);
+        assert_eq!(push.push_max_connections_per_ip, 8);
         assert_eq!(push.push_token_secret_key, "push-token");
         assert!(!push.push_insecure_http);
         push.validate().unwrap();

@@ -161,7 +161,8 @@ async fn push_setup(args: &AgentArgs, own_namespace: &str) -> anyhow::Result<Pus
     }
     let server = PushServer::bind(args.push_addr, tls)
         .await
-        .context("setting up the push endpoint")?;
+        .context("setting up the push endpoint")?
+        .with_connections_per_ip(args.push_max_connections_per_ip);
     Ok(PushSetup {
         server,
         token,
@@ -189,6 +190,15 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
             Inbound::Pull(client, credentials)
         }
     };
+
+    // A push token that can be read must be long enough to start; one that cannot be read
+    // yet is waited for (every request refused until then, as before).
+    if let Inbound::Push(setup) = &inbound
+        && let Ok(token) = setup.token.load(&rt.client).await
+        && let Some(short) = push::limits::token_too_short(token.expose())
+    {
+        anyhow::bail!("{short} ({})", setup.token);
+    }
 
     let Some(uid) = cluster_uid(&rt.client, &rt.shutdown).await else {
         return Ok(());

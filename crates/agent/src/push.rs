@@ -64,6 +64,8 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 
+pub mod limits;
+
 pub use protocol::push::{
     ApplyParams, ApplyResult, METHOD_APPLY, METHOD_STATUS, PUSH_MODEL, StatusParams, StatusResult, error_names,
 };
@@ -234,6 +236,17 @@ impl TokenCache {
     async fn reload(&self, state: &mut TokenState) -> Result<(), AuthError> {
         state.loaded_at = Some(Instant::now());
         match self.source.load(&self.kube).await {
+            // A rotated token that is too short is refused like an unreadable one: fail closed.
+            Ok(token) if limits::token_too_short(token.expose()).is_some() => {
+                let detail = format!(
+                    "push token from {}: {}",
+                    self.source,
+                    limits::token_too_short(token.expose()).unwrap_or_default()
+                );
+                state.digest = None;
+                state.error = Some(detail.clone());
+                Err(AuthError::Unavailable(detail))
+            }
             Ok(token) => {
                 state.digest = Some(Redacted::new(digest(token.expose().as_bytes())));
                 state.error = None;
@@ -346,7 +359,9 @@ impl<C: Cluster> PushState<C> {
                 "invalid push token",
             )),
             Err(AuthError::Unavailable(detail)) => {
-                tracing::error!(error = %detail, "cannot read the push token: nobody can be authenticated");
+                if let Some(suppressed) = limits::refusal_to_log() {
+                    tracing::error!(error = %detail, suppressed, "cannot read the push token: nobody can be authenticated");
+                }
                 if self.health.push_unavailable(CREDENTIALS_UNAVAILABLE, detail) == Transition::Changed {
                     self.persist_health().await;
                 }
@@ -625,7 +640,11 @@ fn respond<T: Serialize>(health: &Health, endpoint: &'static str, result: Result
             } else {
                 "(a parser's message, returned to the caller only)"
             };
-            tracing::info!(endpoint, status = e.status.as_u16(), error = %e.error.name, message, "push request refused");
+            // One line per interval at most (`suppressed` counts the others since the
+            // previous line); the request metrics count every refusal.
+            if let Some(suppressed) = limits::refusal_to_log() {
+                tracing::info!(endpoint, status = e.status.as_u16(), error = %e.error.name, message, suppressed, "push request refused");
+            }
             e.into_response()
         }
     }
@@ -855,6 +874,7 @@ pub struct PushServer {
     listener: TcpListener,
     tls: Option<Arc<ReloadingTls>>,
     tls_reload_every: Duration,
+    per_ip: limits::PerIpLimit,
 }
 
 impl PushServer {
@@ -872,7 +892,15 @@ impl PushServer {
             listener,
             tls,
             tls_reload_every: TLS_RELOAD_INTERVAL,
+            per_ip: limits::PerIpLimit::new(limits::CONNECTIONS_PER_IP),
         })
+    }
+
+    /// Open connections allowed per client address (default
+    /// [`limits::CONNECTIONS_PER_IP`]); more are closed at once, before the TLS handshake.
+    pub fn with_connections_per_ip(mut self, max: usize) -> Self {
+        self.per_ip = limits::PerIpLimit::new(max);
+        self
     }
 
     /// How often the TLS files are re-read (default [`TLS_RELOAD_INTERVAL`]).
@@ -921,20 +949,37 @@ impl PushServer {
                     continue;
                 }
             };
+            // Before the handshake: a client that opens connections and never completes
+            // them holds at most its own share of the slots, never Odoo's.
+            let Some(ip_slot) = self.per_ip.try_acquire(peer.ip()) else {
+                if let Some(suppressed) = limits::refusal_to_log() {
+                    tracing::info!(%peer, suppressed, "push endpoint: too many connections from this address; closed");
+                }
+                drop(tcp);
+                continue;
+            };
             // The acceptor current at accept time: a reload affects new connections only.
             let tls = self.tls.as_ref().map(|t| t.acceptor());
             let (app, shutdown) = (app.clone(), shutdown.clone());
             // Reap finished connections so the set does not grow.
             while connections.try_join_next().is_some() {}
             connections.spawn(async move {
-                let _slot = slot;
+                let _slots = (slot, ip_slot);
                 match tls {
                     None => serve_connection(tcp, app, shutdown).await,
                     Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => serve_connection(stream, app, shutdown).await,
                         // A client without a valid certificate (with --push-client-ca) ends here.
-                        Ok(Err(e)) => tracing::info!(%peer, error = %e, "push endpoint: TLS handshake failed"),
-                        Err(_) => tracing::info!(%peer, "push endpoint: TLS handshake timed out"),
+                        Ok(Err(e)) => {
+                            if let Some(suppressed) = limits::refusal_to_log() {
+                                tracing::info!(%peer, error = %e, suppressed, "push endpoint: TLS handshake failed");
+                            }
+                        }
+                        Err(_) => {
+                            if let Some(suppressed) = limits::refusal_to_log() {
+                                tracing::info!(%peer, suppressed, "push endpoint: TLS handshake timed out");
+                            }
+                        }
                     },
                 }
             });

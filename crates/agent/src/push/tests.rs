@@ -60,7 +60,7 @@ impl Cluster for Arc<Fake> {
     }
 }
 
-const TOKEN: &str = "push-token-0123456789abcdef";
+const TOKEN: &str = "push-token-0123456789abcdef-0123456789";
 
 struct Harness {
     state: Arc<PushState<Arc<Fake>>>,
@@ -495,11 +495,11 @@ async fn a_rotated_token_is_picked_up_at_once_and_an_unreadable_one_fails_closed
     let (status, _) = h.push(document("e1", 1, &[])).await;
     assert_eq!(status, StatusCode::OK);
 
-    std::fs::write(&h.token_file, "rotated-token-42").unwrap();
+    std::fs::write(&h.token_file, "rotated-token-42-0123456789abcdef-0123").unwrap();
     let got = h
         .call(
             APPLY,
-            Some("bearer rotated-token-42"),
+            Some("bearer rotated-token-42-0123456789abcdef-0123"),
             apply_body(document("e1", 2, &[])),
         )
         .await;
@@ -516,7 +516,7 @@ async fn a_rotated_token_is_picked_up_at_once_and_an_unreadable_one_fails_closed
     let got = h
         .call(
             APPLY,
-            Some("bearer rotated-token-42"),
+            Some("bearer rotated-token-42-0123456789abcdef-0123"),
             apply_body(document("e1", 3, &[])),
         )
         .await;
@@ -534,7 +534,7 @@ async fn a_rotated_token_is_picked_up_at_once_and_an_unreadable_one_fails_closed
     let got = h
         .call(
             APPLY,
-            Some("bearer rotated-token-42"),
+            Some("bearer rotated-token-42-0123456789abcdef-0123"),
             apply_body(document("e1", 4, &[])),
         )
         .await;
@@ -544,11 +544,11 @@ async fn a_rotated_token_is_picked_up_at_once_and_an_unreadable_one_fails_closed
     assert!(c.message.contains("cannot read the push token file"), "{}", c.message);
     assert!(!h.readiness.is_ready(), "no readable token: not ready");
 
-    std::fs::write(&h.token_file, "rotated-token-43").unwrap();
+    std::fs::write(&h.token_file, "rotated-token-43-0123456789abcdef-0123").unwrap();
     let got = h
         .call(
             APPLY,
-            Some("bearer rotated-token-43"),
+            Some("bearer rotated-token-43-0123456789abcdef-0123"),
             apply_body(document("e1", 4, &[])),
         )
         .await;
@@ -560,7 +560,7 @@ async fn a_rotated_token_is_picked_up_at_once_and_an_unreadable_one_fails_closed
 async fn a_revoked_token_stops_working_within_the_ttl() {
     let h = harness_with(true, Duration::from_millis(50), Duration::from_secs(3600));
     assert_eq!(h.push(document("e1", 1, &[])).await.0, StatusCode::OK);
-    std::fs::write(&h.token_file, "the-new-one").unwrap();
+    std::fs::write(&h.token_file, "the-new-one-0123456789abcdef-0123456789").unwrap();
     tokio::time::sleep(Duration::from_millis(80)).await;
     let got = h.push(document("e1", 2, &[])).await;
     assert_error(&got, StatusCode::UNAUTHORIZED, names::UNAUTHORIZED);
