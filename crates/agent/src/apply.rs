@@ -214,6 +214,20 @@ fn labels_say_managed(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obj
         .is_some_and(|v| v == MANAGED_BY_AGENT)
 }
 
+/// The refusal of intent naming an existing object the agent did not create (a person's
+/// `kubectl apply`, another tool): the agent never takes one over, since applying would add
+/// its label and make the object deletable by intent.
+fn not_managed(mut a: ObjectAck, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectAck {
+    a.outcome = ObjectOutcome::Refused;
+    a.reason = Some(reasons::NOT_MANAGED_BY_AGENT.to_owned());
+    a.message = Some(format!(
+        "an object of this name exists that the agent did not create (no label {LABEL_MANAGED_BY}={MANAGED_BY_AGENT}); \
+         the agent does not take it over: delete or rename it, or label it to hand it to the agent"
+    ));
+    a.uid = meta.uid.clone();
+    a
+}
+
 fn ack(kind: ObjectKind, namespace: &str, name: &str, outcome: ObjectOutcome) -> ObjectAck {
     ObjectAck {
         kind,
@@ -296,7 +310,11 @@ async fn apply_application<C: Cluster>(cluster: &C, app: &ApplicationIntent) -> 
         Err(e) => return with_error(base, e),
     };
     if let Some(live) = &live
-        && labels_say_managed(&live.metadata)
+        && !labels_say_managed(&live.metadata)
+    {
+        return not_managed(base, &live.metadata);
+    }
+    if let Some(live) = &live
         && serde_json::to_value(&live.spec).ok().as_ref() == Some(&spec)
     {
         let mut a = base;
@@ -386,6 +404,7 @@ async fn create_operation<C: Cluster>(cluster: &C, op: &OperationIntent) -> Obje
         Err(e) => return with_error(base, ClusterError::Invalid(e.to_string())),
     };
     match cluster.get_operation(&op.namespace, &op.name).await {
+        Ok(Some(live)) if !labels_say_managed(&live.metadata) => return not_managed(base, &live.metadata),
         Ok(Some(live)) => {
             let mut a = base;
             a.uid = live.metadata.uid.clone();

@@ -294,6 +294,61 @@ async fn objects_not_created_by_the_agent_are_never_deleted() {
 }
 
 #[tokio::test]
+async fn objects_not_created_by_the_agent_are_never_taken_over() {
+    let fake = Arc::new(Fake::default());
+    let mut app_by_hand = ApplicationInstance::new("handmade", ApplicationInstanceSpec::default());
+    app_by_hand.metadata.namespace = Some("team-a".into());
+    app_by_hand.metadata.uid = Some("uid-a".into());
+    fake.apps
+        .lock()
+        .unwrap()
+        .insert(("team-a".into(), "handmade".into()), app_by_hand.clone());
+    let mut op_by_hand: Operation = serde_json::from_value(json!({
+        "apiVersion": "vworkspace.io/v1alpha1", "kind": "Operation",
+        "metadata": {"name": "by-hand", "namespace": "team-a", "uid": "uid-o"},
+        "spec": op("team-a", "by-hand", "r-1")["spec"],
+    }))
+    .unwrap();
+    op_by_hand.metadata.labels = Some([("app.kubernetes.io/managed-by".to_owned(), "kubectl".to_owned())].into());
+    fake.ops
+        .lock()
+        .unwrap()
+        .insert(("team-a".into(), "by-hand".into()), op_by_hand.clone());
+    // The same spec as the live Operation, and another one for the app: neither is adopted.
+    let a = run(
+        &fake,
+        &doc(
+            1,
+            json!({"applications": [app("team-a", "handmade", "1.0.0")], "operations": [op("team-a", "by-hand", "r-1")]}),
+        ),
+    )
+    .await;
+    for o in &a.objects {
+        assert_eq!(
+            (o.outcome, o.reason.as_deref()),
+            (ObjectOutcome::Refused, Some("NotManagedByAgent")),
+            "{o:?}"
+        );
+        assert!(
+            o.message
+                .as_deref()
+                .is_some_and(|m| m.contains("does not take it over")),
+            "{o:?}"
+        );
+    }
+    assert_eq!(a.objects.len(), 2);
+    assert_eq!(
+        fake.apps.lock().unwrap()[&("team-a".to_owned(), "handmade".to_owned())],
+        app_by_hand,
+        "left as it was, unlabelled"
+    );
+    assert_eq!(
+        fake.ops.lock().unwrap()[&("team-a".to_owned(), "by-hand".to_owned())],
+        op_by_hand
+    );
+}
+
+#[tokio::test]
 async fn disallowed_namespaces_are_refused_and_reported() {
     let fake = Arc::new(Fake::default());
     let mut escape = app("team-a", "escape", "1.0.0");
