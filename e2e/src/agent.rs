@@ -384,6 +384,7 @@ pub async fn start_agent(
     extra: &[&str],
 ) -> anyhow::Result<AgentProcess> {
     let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
+    grant_status_configmap(&status_configmap).await?;
     let key = key_file.to_string_lossy().into_owned();
     retry_address_race(async || {
         let admin_addr = free_loopback_addr()?.to_string();
@@ -604,6 +605,7 @@ pub async fn start_push_agent(
     tag: &str,
 ) -> anyhow::Result<PushAgent> {
     let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
+    grant_status_configmap(&status_configmap).await?;
     let token = token_file.to_string_lossy().into_owned();
     let (cert, key, ca) = (
         pki.path("server.pem"),
@@ -722,10 +724,41 @@ pub async fn service_account_token(service_account: &str, audience: Option<&str>
     std::fs::create_dir_all(&dir)?;
     let file: String = key
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let path = dir.join(format!("{file}.{}.token", std::process::id()));
     std::fs::write(&path, token.trim())?;
     minted.push((key, path.clone()));
     Ok(path)
+}
+
+/// Lets the agent's ServiceAccount write the status ConfigMap `name` in `vworkspace-system`
+/// (patch and update by name): the bundle grants only `vworkspace-agent-status`, and each
+/// test agent writes its own, so tests running side by side never share one.
+pub async fn grant_status_configmap(name: &str) -> anyhow::Result<()> {
+    use crate::deploy::SYSTEM_NAMESPACE;
+    crate::deploy::ensure_bundle_rbac().await?;
+    let role = format!("e2e-{name}");
+    let docs = [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": role, "namespace": SYSTEM_NAMESPACE},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [name],
+                "verbs": ["patch", "update"]}],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": role, "namespace": SYSTEM_NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": SYSTEM_NAMESPACE}],
+        }),
+    ];
+    crate::deploy::apply(&crate::deploy::to_yaml(&docs.iter().collect::<Vec<_>>())?, false).await?;
+    Ok(())
 }

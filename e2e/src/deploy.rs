@@ -320,3 +320,26 @@ pub async fn least_privilege_kubeconfig(binary: &str) -> anyhow::Result<Option<P
     ensure_bundle_rbac().await?;
     Ok(Some(impersonating_kubeconfig(SYSTEM_NAMESPACE, binary, binary)?))
 }
+
+/// Lets ServiceAccount `vworkspace-system/<service_account>` hold the Lease `lease` there
+/// (get and update by name): the bundle grants each binary its default Lease only
+/// (`vworkspace-<binary>`), and tests that elect a leader use a Lease of their own.
+pub async fn grant_lease(service_account: &str, lease: &str) -> anyhow::Result<()> {
+    let role = format!("e2e-lease-{lease}");
+    let docs = [
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": role, "namespace": SYSTEM_NAMESPACE},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                "resourceNames": [lease], "verbs": ["get", "update"]}],
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": role, "namespace": SYSTEM_NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": SYSTEM_NAMESPACE}],
+        }),
+    ];
+    apply(&to_yaml(&docs.iter().collect::<Vec<_>>())?, false).await?;
+    Ok(())
+}

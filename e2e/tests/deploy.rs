@@ -267,10 +267,16 @@ async fn every_overlay_renders_and_is_applied_server_side() -> anyhow::Result<()
         "the bundled Flux brings its 7 CRDs"
     );
 
-    // namespaced: Roles only, one Deployment per binary and namespace, flags to match.
+    // namespaced: Roles only, one Deployment per binary and namespace, flags to match. Its one
+    // ClusterRole is the release role, bound only by RoleBindings (it grants nothing by itself).
     let namespaced = by_name("namespaced");
-    assert!(
-        docs_of_kind(namespaced, &["ClusterRole", "ClusterRoleBinding"]).is_empty(),
+    let cluster_scoped: Vec<String> = docs_of_kind(namespaced, &["ClusterRole", "ClusterRoleBinding"])
+        .into_iter()
+        .map(id)
+        .collect();
+    assert_eq!(
+        cluster_scoped,
+        [format!("ClusterRole//{}", api::RELEASE_ROLE)],
         "namespaced: no cluster-wide RBAC"
     );
     assert_eq!(docs_of_kind(namespaced, &["Deployment"]).len(), 10);
@@ -504,6 +510,7 @@ async fn app_controller_works_with_the_app_only_rbac_and_nothing_more() -> anyho
     // Cluster-wide RBAC, but this replica watches the test namespace only so it cannot
     // touch other tests' ApplicationInstances; its own Lease so it leads at once.
     let lease = format!("e2e-{}", ctx.namespace);
+    deploy::grant_lease("app-controller", &lease).await?;
     let (controller, pod, kubeconfig) = start_as_service_account(
         &ctx,
         dep,
@@ -572,6 +579,14 @@ async fn app_controller_works_with_the_app_only_rbac_and_nothing_more() -> anyho
         ),
         "Lease rights only in vworkspace-system"
     );
+    assert!(
+        is_forbidden(
+            &Api::<Lease>::namespaced(sa.clone(), SYSTEM_NAMESPACE)
+                .get("vworkspace-agent")
+                .await
+        ),
+        "another binary's Lease is out of reach"
+    );
     let escalate: ClusterRole = serde_json::from_value(json!({"metadata": {"name": "vws-e2e-escalate"}, "rules": []}))?;
     assert!(is_forbidden(
         &Api::<ClusterRole>::all(sa.clone()).create(&pp, &escalate).await
@@ -599,7 +614,13 @@ async fn namespaced_overlay_confines_the_app_controller_to_its_namespace() -> an
         .replace("team-a", &ctx.namespace)
         .replace("team-b", &other.namespace);
     let docs = e2e::yaml_documents(&yaml)?;
-    assert!(docs_of_kind(&docs, &["ClusterRole", "ClusterRoleBinding"]).is_empty());
+    // One ClusterRole, granting nothing by itself: the release role each controller binds in its
+    // own namespace with a RoleBinding (docs/install/README.md#flux-multi-tenancy).
+    let cluster_scoped: Vec<(&str, &str)> = docs_of_kind(&docs, &["ClusterRole", "ClusterRoleBinding"])
+        .into_iter()
+        .map(|d| (kind(d), name(d)))
+        .collect();
+    assert_eq!(cluster_scoped, [("ClusterRole", api::RELEASE_ROLE)]);
     let dep_name = format!("app-controller-{}", ctx.namespace);
     let dep = deployment(&docs, &dep_name)?;
     let sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
@@ -609,13 +630,18 @@ async fn namespaced_overlay_confines_the_app_controller_to_its_namespace() -> an
         .iter()
         .filter(|d| {
             kind(d) == "Namespace"
+                || (kind(d) == "ClusterRole" && name(d) == api::RELEASE_ROLE)
                 || (kind(d) == "ServiceAccount" && name(d) == sa)
                 || (matches!(kind(d), "Role" | "RoleBinding")
                     && d["metadata"]["labels"]["app.kubernetes.io/name"] == APP_CONTROLLER
                     && namespace(d) == ctx.namespace)
         })
         .collect();
-    assert_eq!(mine.len(), 6, "namespace, ServiceAccount, 2 Roles, 2 RoleBindings");
+    assert_eq!(
+        mine.len(),
+        7,
+        "namespace, release ClusterRole, ServiceAccount, 2 Roles, 2 RoleBindings"
+    );
     deploy::apply(&to_yaml(&mine)?, false).await?;
 
     let (controller, pod, kubeconfig) = start_as_service_account(&ctx, dep, &[]).await?;
@@ -783,6 +809,7 @@ async fn leader_election_one_writer_and_takeover_after_sigkill() -> anyhow::Resu
     let _shared = SHARED.lock().await;
     e2e::deploy::apply_bundle_rbac().await?;
     let ctx = TestContext::new("deploy-leader").await?;
+    e2e::deploy::grant_lease("app-controller", &lease_name(&ctx)).await?;
     let client = ctx.client.clone();
     let a = Replica::start(&ctx, "replica-a").await?;
     let b = Replica::start(&ctx, "replica-b").await?;
@@ -870,5 +897,95 @@ async fn leader_election_one_writer_and_takeover_after_sigkill() -> anyhow::Resu
             conflicts.join("\n")
         );
     }
+    Ok(())
+}
+
+/// Ports of `policy`'s ingress rules that admit traffic, with whether the rule names its
+/// sources (`from`) or is open to all.
+fn policy_ports(policy: &Value) -> Vec<(String, bool)> {
+    policy["spec"]["ingress"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|rule| {
+            let restricted = rule["from"].as_array().is_some_and(|f| !f.is_empty());
+            rule["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |p| (p["port"].to_string().trim_matches('"').to_owned(), restricted))
+        })
+        .collect()
+}
+
+/// Whether `policy` selects the pods of `service` (its matchLabels are all in the
+/// Service's selector).
+fn selects(policy: &Value, service: &Value) -> bool {
+    let selector = &service["spec"]["selector"];
+    namespace(policy) == namespace(service)
+        && policy["spec"]["podSelector"]["matchLabels"]
+            .as_object()
+            .is_some_and(|labels| labels.iter().all(|(k, v)| selector[k] == *v))
+        && policy["spec"]["policyTypes"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t == "Ingress"))
+}
+
+/// Every port of every Service of the bundle is admitted by a NetworkPolicy selecting its
+/// pods (and so closed to anything the policies do not name); `overlay` names the docs.
+fn check_network_policies(overlay: &str, docs: &[Value]) {
+    let policies = docs_of_kind(docs, &["NetworkPolicy"]);
+    let ours = |d: &&Value| d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "vworkspace-operator";
+    let services: Vec<&Value> = docs_of_kind(docs, &["Service"]).into_iter().filter(ours).collect();
+    assert!(!services.is_empty(), "{overlay}: no Service of the bundle");
+    for service in services {
+        for port in service["spec"]["ports"].as_array().into_iter().flatten() {
+            let target = port.get("targetPort").unwrap_or(&port["port"]);
+            let target = target.to_string().trim_matches('"').to_owned();
+            let number = port["port"].to_string();
+            let admitted: Vec<bool> = policies
+                .iter()
+                .filter(|p| selects(p, service))
+                .flat_map(|p| policy_ports(p))
+                .filter(|(p, _)| *p == target || *p == number)
+                .map(|(_, restricted)| restricted)
+                .collect();
+            assert!(
+                !admitted.is_empty(),
+                "{overlay}: port {target} of Service {} has no NetworkPolicy",
+                name(service)
+            );
+            // The ports only the bundle's own pods or monitoring may reach are never open
+            // to all; only push mode's endpoint is (Odoo calls it from outside).
+            if target != "push" {
+                assert!(
+                    admitted.iter().all(|r| *r),
+                    "{overlay}: port {target} of Service {} is open to every source",
+                    name(service)
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_service_port_is_covered_by_a_network_policy() -> anyhow::Result<()> {
+    for overlay in deploy::OVERLAYS {
+        check_network_policies(overlay, &deploy::render_docs(overlay).await?);
+    }
+    // Push mode's component adds a port: render the full overlay with it.
+    let dir = e2e::repo_root().join("target/kustomize-agent-push");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../../deploy/overlays/full\ncomponents:\n- ../../deploy/components/agent-push\n",
+    )?;
+    let rendered = deploy::kubectl(&["kustomize", &dir.to_string_lossy()], None).await?;
+    let docs = e2e::yaml_documents(&rendered)?;
+    assert!(
+        docs.iter().any(|d| kind(d) == "Service" && name(d) == "agent-push"),
+        "the push Service is rendered"
+    );
+    check_network_policies("full + agent-push", &docs);
     Ok(())
 }
