@@ -550,7 +550,8 @@ pub mod reasons {
     pub const OWNED_BY_OPERATION: &str = "OwnedByOperation";
     /// Refused: an Operation with this name exists with another spec (Operations are immutable).
     pub const IMMUTABLE: &str = "Immutable";
-    /// Refused: a deletion intent names an object the agent did not create.
+    /// Refused: an intent (apply or deletion) names an existing object the agent did not
+    /// create (no managed-by label); the agent never takes it over.
     pub const NOT_MANAGED_BY_AGENT: &str = "NotManagedByAgent";
     /// Refused: a deletion intent's `uid` does not match the object's.
     pub const UID_MISMATCH: &str = "UidMismatch";
