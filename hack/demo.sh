@@ -115,8 +115,15 @@ fi
 # The demo's charts come from the local cluster's plain-http chart server on 127.0.0.1,
 # which the app controller refuses unless the host is named (docs/install/README.md#repositories).
 declare -A EXTRA=([app-controller]="--insecure-repository-hosts 127.0.0.1")
+# Each publisher authenticates to the agent's status channel with a token of its own
+# ServiceAccount (the bundle projects one into each pod; here, minted with the TokenRequest API).
+kubectl_ create namespace vworkspace-system --dry-run=client -o yaml | kubectl_ apply --server-side --field-manager=vws-demo -f - >/dev/null
 for name in app-controller backup-engine restore-engine upgrade-engine runbook-engine; do
-  start "$name" "$(admin "$name")/readyz" "$BIN/$name" \
+  kubectl_ create serviceaccount "$name" -n vworkspace-system --dry-run=client -o yaml \
+    | kubectl_ apply --server-side --field-manager=vws-demo -f - >/dev/null
+  token="$CLUSTER_DIR/demo/$name.status-channel-token"
+  kubectl_ create token "$name" -n vworkspace-system --audience vworkspace-status-channel --duration 24h > "$token"
+  start "$name" "$(admin "$name")/readyz" env VWS_STATUS_CHANNEL_TOKEN_FILE="$token" "$BIN/$name" \
     $DEMO_SCOPE ${EXTRA[$name]:-} --admin-addr "127.0.0.1:${ADMIN[$name]}" --status-channel-endpoint "http://$CHANNEL"
 done
 watch_all_running
