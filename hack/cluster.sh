@@ -7,6 +7,8 @@
 #   hack/cluster.sh status   show processes and health
 #   hack/cluster.sh exec CMD run CMD inside the cluster's network namespace
 #   hack/cluster.sh env      print the environment for tools (KUBECONFIG, ...)
+#   hack/cluster.sh restart-flux  restart only source-controller and helm-controller
+#                            (e.g. to pick up new flags on a running cluster)
 #
 # Recipe and pitfalls: docs/development/local-cluster.md.
 source "$(dirname "$0")/lib.sh"
@@ -206,6 +208,27 @@ EOF
   start chart-server python3 -m http.server "$CHART_PORT" --bind 127.0.0.1 --directory "$d/charts"
   wait_for chart-server 30 curl -fsS "http://127.0.0.1:$CHART_PORT/index.yaml"
 
+  start_flux
+  wait "$velero_setup" || die "setting up Velero failed (see above)"
+  # Velero validates the BackupStorageLocation against moto shortly after it starts.
+  wait_for velero 90 bash -c '[[ $("$0" --kubeconfig "$1" -n "$2" get backupstoragelocations.velero.io default \
+    -o "jsonpath={.status.phase}") == Available ]]' "$BIN_DIR/kubectl" "$KUBECONFIG_PATH" "$VELERO_NS"
+}
+
+# Flux, locked down for multi-tenancy as the bundle ships it (hack/gen-flux-manifests.sh):
+# helm-controller refuses cross-namespace chart sources and applies a HelmRelease without
+# serviceAccountName as vworkspace-no-rights, a ServiceAccount nothing binds. Both run with
+# the admin kubeconfig (which may impersonate); a release gets only what its ServiceAccount
+# is bound to, normally the release ClusterRole applied here (the bundle's, from
+# deploy/base/release-rbac) through the app controller's RoleBindings.
+# source-controller v1.9 has no --no-cross-namespace-refs (its HelmChart sourceRef is local).
+apply_release_role() {
+  kubectl_ apply --server-side --field-manager=vws-cluster-up \
+    -f "$REPO_ROOT/deploy/base/release-rbac/clusterrole.yaml" >/dev/null
+}
+start_flux() {
+  local d=$CLUSTER_DIR B=$BIN_DIR
+  apply_release_role
   mkdir -p "$d/flux-artifacts"
   start source-controller env KUBECONFIG="$KUBECONFIG_PATH" "$B/source-controller" \
     --storage-path="$d/flux-artifacts" --storage-addr=127.0.0.1:19090 --storage-adv-addr=127.0.0.1:19090 \
@@ -213,13 +236,35 @@ EOF
     --watch-all-namespaces=true --log-encoding=console --requeue-dependency=5s
   start helm-controller env KUBECONFIG="$KUBECONFIG_PATH" "$B/helm-controller" \
     --metrics-addr=127.0.0.1:18081 --health-addr=127.0.0.1:19441 \
-    --watch-all-namespaces=true --log-encoding=console --requeue-dependency=5s --concurrent=4
+    --watch-all-namespaces=true --log-encoding=console --requeue-dependency=5s --concurrent=4 \
+    --no-cross-namespace-refs=true --default-service-account=vworkspace-no-rights
   wait_for source-controller 90 curl -fsS http://127.0.0.1:19440/readyz
   wait_for helm-controller 90 curl -fsS http://127.0.0.1:19441/readyz
-  wait "$velero_setup" || die "setting up Velero failed (see above)"
-  # Velero validates the BackupStorageLocation against moto shortly after it starts.
-  wait_for velero 90 bash -c '[[ $("$0" --kubeconfig "$1" -n "$2" get backupstoragelocations.velero.io default \
-    -o "jsonpath={.status.phase}") == Available ]]' "$BIN_DIR/kubectl" "$KUBECONFIG_PATH" "$VELERO_NS"
+}
+
+# stop_component NAME: stop one of our components by its pidfile (SIGTERM, then SIGKILL after 5 s).
+stop_component() {
+  local name=$1 pid
+  pid=$(pid_of "$name") || return 0
+  if is_ours "$pid"; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    log "stopped $name"
+  fi
+  rm -f "$PID_DIR/$name.pid"
+}
+
+# Restarts Flux alone on a running cluster (new flags, or a crashed controller); the rest of
+# the cluster and everything running on it stays up. Flux resumes from the API server's state.
+cmd_restart_flux() {
+  BIN_DIR=$("$HACK_DIR/build-cluster-bins.sh" --no-build)
+  [[ -x $BIN_DIR/helm-controller ]] || die "no cluster binaries in $BIN_DIR; run hack/cluster.sh up"
+  running kube-apiserver || die "the cluster is not running; run hack/cluster.sh up"
+  apply_release_role # before stopping anything: a failure leaves Flux running
+  stop_component helm-controller
+  stop_component source-controller
+  start_flux
 }
 
 # Velero's CRDs, the bucket in moto (started earlier), Velero's namespace,
@@ -379,6 +424,7 @@ case "${1:-}" in
       export PATH="$VWS_BIN_DIR:${VWS_VELERO_DIR:+$VWS_VELERO_DIR/bin:}$PATH"
     fi
     in_netns "$@" ;;
+  restart-flux) cmd_restart_flux ;;
   env) cat "$CLUSTER_DIR/env" ;;
   *) echo "usage: $0 up|down|status|exec CMD...|env" >&2; exit 2 ;;
 esac

@@ -16,7 +16,13 @@
 #   - helm-controller's upstream `reconciler-role` (a ClusterRole of `*` on `*`) is
 #     replaced by a binding to the built-in `cluster-admin` ClusterRole, which is
 #     what Flux's own distribution does; no rule of ours or theirs spells `*`;
-#   - labels app.kubernetes.io/part-of=flux and app.kubernetes.io/version.
+#   - labels app.kubernetes.io/part-of=flux and app.kubernetes.io/version;
+#   - multi-tenancy lockdown of helm-controller: --no-cross-namespace-refs=true (a
+#     HelmRelease may not use another namespace's chart source) and
+#     --default-service-account=vworkspace-no-rights (a HelmRelease without
+#     serviceAccountName is applied as a ServiceAccount nothing binds, so with no rights;
+#     the app controller names vworkspace-release, bound per namespace). source-controller
+#     v1.9 has no --no-cross-namespace-refs flag: its HelmChart sourceRef is local by API.
 # Needs the Go module proxy, and kubectl from hack/build-cluster-bins.sh (built on
 # first use, cached afterwards). Docs: docs/install/README.md.
 source "$(dirname "$0")/lib.sh"
@@ -88,8 +94,9 @@ patches:
       value: [{kind: ServiceAccount, name: $name, namespace: flux-system}]
 EOF
   if [[ $name == helm-controller ]]; then
-    # Installing arbitrary charts needs every right: bind the built-in cluster-admin
-    # (as Flux's own distribution does) instead of shipping a `*` ClusterRole.
+    # Impersonating any namespace's ServiceAccount needs every right it could be granted:
+    # bind the built-in cluster-admin (as Flux's own distribution does) instead of shipping
+    # a `*` ClusterRole. A release itself gets only what its ServiceAccount is bound to.
     cat >> "$k/kustomization.yaml" <<'EOF'
 - target: {kind: ClusterRole, name: helm-reconciler-role}
   patch: |-
@@ -103,6 +110,14 @@ EOF
     - op: replace
       path: /roleRef/name
       value: cluster-admin
+- target: {kind: Deployment, name: helm-controller}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --no-cross-namespace-refs=true
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --default-service-account=vworkspace-no-rights
 EOF
   fi
   "$KUBECTL" kustomize "$k"

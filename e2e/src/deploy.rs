@@ -108,11 +108,26 @@ pub fn is_flux(doc: &Value) -> bool {
     doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "flux"
 }
 
-/// Every place a `*` appears in an RBAC rule of a Role or ClusterRole, as `id: field=value`.
+/// The one aggregated ClusterRole the bundle may ship: the release role (the built-in `admin`
+/// rights, granted to a chart only through RoleBindings in one namespace), aggregating exactly
+/// the `admin` label and the platform's own label (docs/install/README.md#flux-multi-tenancy).
+fn is_release_role_aggregation(doc: &Value) -> bool {
+    kind(doc) == "ClusterRole"
+        && name(doc) == api::RELEASE_ROLE
+        && doc["aggregationRule"]
+            == serde_json::json!({"clusterRoleSelectors": [
+                {"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
+                {"matchLabels": {"vworkspace.io/aggregate-to-release": "true"}},
+            ]})
+}
+
+/// Every place a `*` appears in an RBAC rule of a Role or ClusterRole, as `id: field=value`;
+/// an aggregationRule (rights that grow with whatever gets labelled) counts as one, but for the
+/// release role's.
 pub fn rbac_wildcards(docs: &[Value]) -> Vec<String> {
     let mut found = Vec::new();
     for doc in docs.iter().filter(|d| matches!(kind(d), "Role" | "ClusterRole")) {
-        if doc.get("aggregationRule").is_some() {
+        if doc.get("aggregationRule").is_some() && !is_release_role_aggregation(doc) {
             found.push(format!("{}: aggregationRule", id(doc)));
         }
         for rule in doc["rules"].as_array().into_iter().flatten() {

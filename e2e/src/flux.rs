@@ -40,7 +40,38 @@ pub fn local_helm_repository(name: &str) -> serde_json::Value {
     })
 }
 
-/// A HelmRelease of `chart@version` from the HelmRepository `repo` in the same namespace.
+/// The release ServiceAccount and its RoleBinding in `namespace`, as the app controller
+/// applies them: what a HelmRelease created without the app controller needs under the
+/// cluster's Flux lockdown (helm-controller `--default-service-account` names a
+/// ServiceAccount with no rights; [`helm_release`] names this one).
+pub fn release_identity(namespace: &str) -> [serde_json::Value; 2] {
+    [
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": api::RELEASE_SERVICE_ACCOUNT, "namespace": namespace},
+            "automountServiceAccountToken": false
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": api::RELEASE_ROLE, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": api::RELEASE_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": api::RELEASE_SERVICE_ACCOUNT, "namespace": namespace}]
+        }),
+    ]
+}
+
+/// Applies [`release_identity`] in `namespace`.
+pub async fn grant_release(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    for doc in release_identity(namespace) {
+        crate::apply_dynamic(client, namespace, doc).await?;
+    }
+    Ok(())
+}
+
+/// A HelmRelease of `chart@version` from the HelmRepository `repo` in the same namespace,
+/// applied as the release ServiceAccount (see [`grant_release`]).
 pub fn helm_release(
     name: &str,
     repo: &str,
@@ -57,6 +88,7 @@ pub fn helm_release(
             "timeout": "1m",
             "chart": {"spec": {"chart": chart, "version": version, "interval": "1m",
                                "sourceRef": {"kind": "HelmRepository", "name": repo}}},
+            "serviceAccountName": api::RELEASE_SERVICE_ACCOUNT,
             "values": values
         }
     })

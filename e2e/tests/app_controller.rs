@@ -183,7 +183,8 @@ async fn values_from_a_secret_follow_the_secret_and_never_leak() -> anyhow::Resu
     let ctx = TestContext::new("app-secret").await?;
     let password = "s3cr3t-Pa55-do-not-log";
     let secret: Secret = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vault-auth"},
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "vault-auth", "labels": {"reconcile.fluxcd.io/watch": "Enabled"}},
         "stringData": {"password": password}
     }))?;
     ctx.apply(&secret).await?;
@@ -201,10 +202,13 @@ async fn values_from_a_secret_follow_the_secret_and_never_leak() -> anyhow::Resu
     let ready = wait_ready(&ctx, "vault", "True", "InstallSucceeded").await?;
     wait_config(&ctx, "vault-config", "passwordSha256", &sha256_hex(password)).await?;
 
-    // Changing the Secret re-applies the release without touching the ApplicationInstance.
+    // Changing the Secret re-applies the release without touching the ApplicationInstance: the
+    // app controller does not read Secrets, helm-controller watches those labelled
+    // reconcile.fluxcd.io/watch=Enabled.
     let rotated = "r0tated-Pa55-do-not-log";
     let secret: Secret = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vault-auth"},
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "vault-auth", "labels": {"reconcile.fluxcd.io/watch": "Enabled"}},
         "stringData": {"password": rotated}
     }))?;
     ctx.apply(&secret).await?;

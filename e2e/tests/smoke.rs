@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use e2e::{
     TestContext, condition,
-    flux::{helm_release, local_helm_repository, wait_helm_release_failed, wait_helm_release_ready},
+    flux::{self, helm_release, local_helm_repository, wait_helm_release_failed, wait_helm_release_ready},
 };
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
 
@@ -16,6 +16,7 @@ const INSTALL_TIMEOUT: Duration = Duration::from_secs(120);
 #[tokio::test]
 async fn helm_release_applied_directly_becomes_ready() -> anyhow::Result<()> {
     let ctx = TestContext::new("smoke-hr").await?;
+    flux::grant_release(&ctx.client, &ctx.namespace).await?;
     ctx.apply_yaml(&serde_yaml::to_string(&local_helm_repository("local"))?)
         .await?;
     let values = serde_json::json!({"greeting": "hello from e2e"});
@@ -56,6 +57,7 @@ async fn helm_release_applied_directly_becomes_ready() -> anyhow::Result<()> {
 #[tokio::test]
 async fn broken_chart_version_reports_real_flux_reason() -> anyhow::Result<()> {
     let ctx = TestContext::new("smoke-broken").await?;
+    flux::grant_release(&ctx.client, &ctx.namespace).await?;
     ctx.apply_yaml(&serde_yaml::to_string(&local_helm_repository("local"))?)
         .await?;
     let hr = helm_release("broken", "local", "broken-app", "1.0.0", serde_json::json!({}));

@@ -83,7 +83,8 @@ pub struct ApplicationInstanceSpec {
     pub depends_on: Vec<ApplicationDependency>,
 
     /// ServiceAccount the engine impersonates to apply the release. Flux looks it up in the HelmRelease's
-    /// namespace, which is this ApplicationInstance's namespace, not the target namespace.
+    /// namespace, which is this ApplicationInstance's namespace, not the target namespace. Unset:
+    /// `vworkspace-release`, which the app controller creates and binds to namespace-scoped rights.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 253),

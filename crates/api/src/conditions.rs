@@ -46,7 +46,8 @@ pub mod reasons {
     pub const PROGRESSING: &str = "Progressing";
     /// Ready=False / Stalled=True: the spec is valid for the API server but cannot be materialised.
     pub const INVALID_SPEC: &str = "InvalidSpec";
-    /// Ready=False: a non-optional Secret or ConfigMap named in valuesFrom or the repository does not exist.
+    /// Ready=False: a non-optional ConfigMap named in valuesFrom does not exist (Secrets are not read:
+    /// Flux reports a missing Secret itself).
     pub const REFERENCED_OBJECT_NOT_FOUND: &str = "ReferencedObjectNotFound";
     /// Ready=False / Stalled=True: the namespace or target namespace is outside the controller's allow-list.
     pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
@@ -65,13 +66,17 @@ pub mod reasons {
     /// `spec.suspend` is true: Ready keeps its status and `lastTransitionTime`, its reason becomes
     /// `Suspended` and its message carries the engine's last state; Reconciling is removed.
     pub const SUSPENDED: &str = "Suspended";
+    /// Ready=False: the release ServiceAccount, its RoleBinding, or the namespace's Pod Security
+    /// labels could not be ensured (e.g. Forbidden, or the target namespace does not exist);
+    /// nothing is materialised, re-checked every 30 s.
+    pub const TENANT_SETUP_FAILED: &str = "TenantSetupFailed";
     /// Ready=False / Stalled=True: `spec.chart.repository.url` breaks the app controller's
     /// repository rules (an internal address, a host outside the allow-list, or plain http to a
     /// host not allowed for it); nothing is materialised, so no credentials go to that host.
     pub const REPOSITORY_NOT_ALLOWED: &str = "RepositoryNotAllowed";
 
     /// Every reason the app controller sets itself (for docs and tests).
-    pub const APP_REASONS: [&str; 12] = [
+    pub const APP_REASONS: [&str; 13] = [
         AWAITING_ENGINE,
         PROGRESSING,
         INVALID_SPEC,
@@ -83,6 +88,7 @@ pub mod reasons {
         DEPENDENCY_NOT_FOUND,
         UNINSTALLING,
         SUSPENDED,
+        TENANT_SETUP_FAILED,
         REPOSITORY_NOT_ALLOWED,
     ];
 }

@@ -43,6 +43,18 @@ pub const ANNOTATION_SUSPENDED_BY: &str = "vworkspace.io/suspended-by-operation"
 /// A Runbook that names any other ServiceAccount is refused (`InvalidSpec`).
 pub const RUNBOOK_SERVICE_ACCOUNT: &str = "vworkspace-runbook";
 
+/// The ServiceAccount Flux's helm-controller impersonates for an ApplicationInstance's release
+/// when `spec.serviceAccountName` is unset, in the ApplicationInstance's namespace. The app
+/// controller creates it (server-side apply) before materialising, together with a RoleBinding
+/// named [`RELEASE_ROLE`] that grants it the ClusterRole [`RELEASE_ROLE`] in that namespace only,
+/// so a chart is applied with namespace-scoped rights (no ClusterRoleBinding, no other
+/// namespace's Secrets). See docs/install/README.md#flux-multi-tenancy.
+pub const RELEASE_SERVICE_ACCOUNT: &str = "vworkspace-release";
+
+/// The ClusterRole (shipped in the install bundle, aggregated from the built-in `admin`) that the
+/// release ServiceAccount is bound to, per namespace, by a RoleBinding of the same name.
+pub const RELEASE_ROLE: &str = "vworkspace-release";
+
 use kube::CustomResourceExt;
 
 /// Every CRD of the group, in a stable order (used by `crdgen` and the tests).

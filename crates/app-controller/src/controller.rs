@@ -4,8 +4,10 @@
 //!   filtered by generation (+ finalizers) so our own status writes do not re-trigger.
 //! - Owned HelmReleases / HelmRepositories / OCIRepositories (mapped through owner
 //!   references): engine status changes wake the owner at once.
-//! - Secrets and ConfigMaps, metadata only: a change wakes every ApplicationInstance
-//!   referencing it (no polling, and no secret data in memory).
+//! - ConfigMaps, metadata only: a change wakes every ApplicationInstance referencing it
+//!   (no polling). Secrets are not watched: the controller has no right to read them
+//!   (a Secret's metadata can carry its data in kubectl's last-applied annotation); Flux
+//!   reacts to Secrets labelled `reconcile.fluxcd.io/watch: Enabled` itself.
 
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use api::{ApplicationInstance, ValuesSourceKind};
 use controller_kit::{CancellationToken, Readiness, WatchScope};
 use futures::StreamExt;
 use helmengine::flux::{HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DynamicObject, PartialObjectMeta},
@@ -74,12 +76,8 @@ pub async fn run(
     let (repo_api, repo_ar) = owned(HELM_REPOSITORY);
     let (oci_api, oci_ar) = owned(OCI_REPOSITORY);
 
-    // Api<PartialObjectMeta<_>> makes metadata-only requests: secret data is never fetched.
-    let secrets: Api<PartialObjectMeta<Secret>> = scope.api(client.clone());
+    // Api<PartialObjectMeta<_>> makes metadata-only requests.
     let config_maps: Api<PartialObjectMeta<ConfigMap>> = scope.api(client.clone());
-    let secret_stream = watcher(secrets, watcher::Config::default())
-        .default_backoff()
-        .touched_objects();
     let cm_stream = watcher(config_maps, watcher::Config::default())
         .default_backoff()
         .touched_objects();
@@ -100,15 +98,11 @@ pub async fn run(
     });
 
     let ctx = Arc::new(make_context(reader.clone()));
-    let secret_reader = reader.clone();
     let cm_reader = reader.clone();
     Controller::for_stream(app_stream, reader)
         .owns_with(hr_api, hr_ar, watcher::Config::default())
         .owns_with(repo_api, repo_ar, watcher::Config::default())
         .owns_with(oci_api, oci_ar, watcher::Config::default())
-        .watches_stream(secret_stream, move |meta: PartialObjectMeta<Secret>| {
-            referencing(&secret_reader, &meta, ValuesSourceKind::Secret)
-        })
         .watches_stream(cm_stream, move |meta: PartialObjectMeta<ConfigMap>| {
             referencing(&cm_reader, &meta, ValuesSourceKind::ConfigMap)
         })

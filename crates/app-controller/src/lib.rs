@@ -10,3 +10,4 @@ pub mod reconciler;
 pub mod references;
 pub mod repositories;
 pub mod status;
+pub mod tenancy;

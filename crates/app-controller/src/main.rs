@@ -7,6 +7,7 @@ use api::EngineKind;
 use app_controller::{
     controller::{self, Settings},
     reconciler::{CONTROLLER, Context, Engines, FIELD_MANAGER},
+    tenancy::{PodSecurityEnforce, Tenancy},
 };
 use clap::Parser;
 use controller_kit::namespaces::NamespacePairs;
@@ -40,6 +41,11 @@ struct Cli {
     allowed_namespace_pairs: NamespacePairs,
     #[command(flatten)]
     repositories: app_controller::repositories::RepositoryArgs,
+    /// Pod Security level enforced in the namespaces this controller manages (`warn` and
+    /// `audit` are always `restricted`): `baseline`, `restricted`, or `none` to leave the
+    /// namespaces' labels to the platform.
+    #[arg(long, env = "VWS_POD_SECURITY_ENFORCE", default_value = "baseline")]
+    pod_security_enforce: PodSecurityEnforce,
 }
 
 fn parse_pairs(s: &str) -> Result<NamespacePairs, String> {
@@ -81,6 +87,9 @@ async fn main() -> anyhow::Result<()> {
     let gate = election.gate();
     let controller_metrics = metrics.controller(CONTROLLER);
     controller_metrics.declare_write(WriteVerb::Apply, "ApplicationInstance");
+    for kind in ["Namespace", "ServiceAccount", "RoleBinding"] {
+        controller_metrics.declare_write(WriteVerb::Apply, kind);
+    }
 
     let flux: Arc<dyn Engine> = Arc::new(FluxEngine::new(client.clone(), FIELD_MANAGER));
     let engines = Engines {
@@ -110,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
         store,
         failures: controller::failures(),
         publisher,
+        tenancy: Tenancy::new(FIELD_MANAGER, cli.pod_security_enforce),
     };
 
     tokio::select! {

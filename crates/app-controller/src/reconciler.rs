@@ -100,6 +100,8 @@ pub struct Context {
     pub publisher: status_channel::Publisher,
     /// Consecutive failures per object, for exponential requeue.
     pub failures: RetryBackoff<ObjectRef<DeserializeGuard<ApplicationInstance>>>,
+    /// The release ServiceAccount, its RoleBindings and the Pod Security labels per namespace.
+    pub tenancy: crate::tenancy::Tenancy,
 }
 
 /// Reconciles one ApplicationInstance (guarded against malformed objects).
@@ -204,10 +206,27 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
         return Err(e.into());
     }
 
+    // Before anything is materialised: the release must never be applied with more than the
+    // namespace-scoped rights of its ServiceAccount (docs/install/README.md#flux-multi-tenancy).
+    let target = app.spec.target_namespace_or(&namespace);
+    if let Err(e) = ctx.tenancy.ensure(&ctx.client, &ctx.metrics, &namespace, target).await {
+        let message = format!("preparing the release's namespace failed: {e}");
+        return fail(
+            api,
+            &app,
+            ctx,
+            reasons::TENANT_SETUP_FAILED,
+            message,
+            false,
+            Some(RECHECK),
+        )
+        .await;
+    }
+
     let resolved = references::resolve(&ctx.client, &namespace, &references::references(&app)).await?;
     if !resolved.missing.is_empty() {
         let message = format!("referenced objects not found: {}", resolved.missing.join(", "));
-        // The Secret/ConfigMap watch wakes us when they appear.
+        // The ConfigMap watch wakes us when they appear (Secrets are left to Flux).
         return fail(
             api,
             &app,

@@ -1,12 +1,15 @@
 //! Secrets and ConfigMaps an ApplicationInstance references (valuesFrom,
 //! repository credentials).
 //!
-//! Only metadata is ever read: the controller never sees secret data, so it cannot
-//! log it. The resourceVersions of the referenced objects make a deterministic
-//! token; when it changes the engine is asked to re-apply promptly.
+//! Only ConfigMap metadata is ever read. Secrets are not read at all (the controller has
+//! no right to): a missing values or credentials Secret is reported by Flux itself and
+//! relayed verbatim, and Flux re-applies on a Secret change when the Secret carries the
+//! label `reconcile.fluxcd.io/watch: Enabled` (otherwise at the HelmRelease interval).
+//! The resourceVersions of the referenced ConfigMaps make a deterministic token; when it
+//! changes the engine is asked to re-apply promptly.
 
 use api::{ApplicationInstance, ValuesSourceKind};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 
 /// One referenced object.
@@ -62,21 +65,17 @@ pub struct Resolved {
     /// Deterministic token over the referenced objects' resourceVersions; `None` when
     /// nothing is referenced.
     pub token: Option<String>,
-    /// Non-optional references that do not exist, described for a condition message.
+    /// Non-optional ConfigMap references that do not exist, described for a condition message.
     pub missing: Vec<String>,
 }
 
-/// Reads the metadata of every referenced object.
+/// Reads the metadata of every referenced ConfigMap; Secret references are left to Flux.
 pub async fn resolve(client: &Client, namespace: &str, refs: &[Reference]) -> Result<Resolved, kube::Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut versions = Vec::with_capacity(refs.len());
     let mut missing = Vec::new();
-    for r in refs {
-        let meta = match r.kind {
-            ValuesSourceKind::Secret => secrets.get_metadata_opt(&r.name).await?.map(|m| m.metadata),
-            ValuesSourceKind::ConfigMap => config_maps.get_metadata_opt(&r.name).await?.map(|m| m.metadata),
-        };
+    for r in refs.iter().filter(|r| r.kind == ValuesSourceKind::ConfigMap) {
+        let meta = config_maps.get_metadata_opt(&r.name).await?.map(|m| m.metadata);
         match meta {
             Some(meta) => versions.push(format!(
                 "{:?}/{}={}",

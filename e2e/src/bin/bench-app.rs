@@ -335,6 +335,9 @@ async fn main() -> anyhow::Result<()> {
         // app), applied directly, with no operator running.
         let base_ns = format!("bench-flux-{n}");
         recreate_namespace(&client, &base_ns).await?;
+        // The HelmReleases name the release ServiceAccount (as the operator's do); Flux's lockdown
+        // gives a HelmRelease no rights without it.
+        e2e::flux::grant_release(&client, &base_ns).await?;
         let base_hr = dynamic_api(
             &client,
             &base_ns,

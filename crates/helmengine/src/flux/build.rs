@@ -14,6 +14,7 @@
 //! | `chart.sourceRef` HelmRepository/GitRepository/Bucket | HR `spec.chart.spec.sourceRef` |
 //! | `chart.sourceRef` OCIRepository/HelmChart | HR `spec.chartRef` |
 //! | `values`, `valuesFrom`, `releaseName`, `targetNamespace`, `timeout`, `suspend`, `serviceAccountName`, `driftDetection.mode` | same-named HR fields |
+//! | `serviceAccountName` unset | HR `serviceAccountName` [`api::RELEASE_SERVICE_ACCOUNT`] (the release never runs with the controller's own rights) |
 //! | `dependsOn[]` | HR `dependsOn[] {name, namespace}` (an app's HelmRelease has the app's name and namespace) |
 //! | `install`/`upgrade.remediation` | HR `install`/`upgrade` `strategy` and `remediation` (see [`helm_release`]) |
 //! | [`MaterializeInput::values_revision`] | HR annotation `reconcile.fluxcd.io/requestedAt` |
@@ -278,7 +279,18 @@ fn release_spec(app: &ApplicationInstance, id: AppId<'_>, source: ChartSource<'_
     insert_str(&mut out, "releaseName", spec.release_name.as_deref());
     insert_str(&mut out, "targetNamespace", spec.target_namespace.as_deref());
     insert_str(&mut out, "timeout", spec.timeout.as_deref());
-    insert_str(&mut out, "serviceAccountName", spec.service_account_name.as_deref());
+    // Always set: with the bundled helm-controller's `--default-service-account` pointing at a
+    // ServiceAccount with no rights, an unset field would make every release fail; the app
+    // controller creates and binds this one per namespace before materialising.
+    insert_str(
+        &mut out,
+        "serviceAccountName",
+        Some(
+            spec.service_account_name
+                .as_deref()
+                .unwrap_or(api::RELEASE_SERVICE_ACCOUNT),
+        ),
+    );
     if spec.suspend {
         out.insert("suspend".into(), json!(true));
     }

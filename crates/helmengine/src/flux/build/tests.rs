@@ -43,6 +43,8 @@ fn http_repository_golden() {
                     "sourceRef": {"kind": "HelmRepository", "name": "wiki", "namespace": NAMESPACE},
                     "interval": "1h",
                 }},
+                // Unset in the spec: the release ServiceAccount the app controller binds.
+                "serviceAccountName": "vworkspace-release",
             },
         })
     );
@@ -97,6 +99,7 @@ fn oci_repository_golden() {
         json!({
             "interval": "10m",
             "chartRef": {"kind": "OCIRepository", "name": "wiki", "namespace": NAMESPACE},
+            "serviceAccountName": "vworkspace-release",
         })
     );
     assert_eq!(
@@ -192,7 +195,7 @@ fn source_ref_variants() {
     ];
     for (kind, namespace, want) in cases {
         let spec = ref_spec(kind, "bitnami", namespace);
-        let mut expected = json!({"interval": "10m"});
+        let mut expected = json!({"interval": "10m", "serviceAccountName": "vworkspace-release"});
         for (k, v) in want.as_object().expect("object") {
             expected[k] = v.clone();
         }
