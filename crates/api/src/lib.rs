@@ -6,6 +6,7 @@
 //! conditions contract (`docs/api/conditions.md`) names the constants in
 //! [`conditions`].
 
+pub mod admission;
 pub mod application_instance;
 pub mod conditions;
 pub mod operation;
