@@ -2,15 +2,17 @@
 //! ApplicationInstance and an Operation; Odoo then sends intent naming both (and later a
 //! deletion): the agent refuses each with `NotManagedByAgent`, and the objects stay as
 //! they were, without the agent's label, so no later intent can delete them either.
+//! A control-plane URL carrying a password stops the agent at start without showing it.
 
 use std::time::Duration;
 
 use api::{ApplicationInstance, LABEL_MANAGED_BY, Operation};
 use e2e::{
     TestContext,
-    agent::{SimProcess, object_ack, start_agent, wait_sim},
+    agent::{SimProcess, object_ack, start_agent, wait_sim, work_dir},
     apps::{app, apply_app},
     ops::{create_operation, operation},
+    process::ControllerProcess,
 };
 use serde_json::{Value, json};
 
@@ -82,5 +84,56 @@ async fn the_agent_refuses_to_take_over_objects_created_by_kubectl() -> anyhow::
     .await?;
     assert_eq!(outcome(&view, rev, ns, "handmade"), Some(refused()));
     assert_eq!(apps.get("handmade").await?.metadata.uid, by_hand.metadata.uid);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_control_plane_url_with_a_password_stops_the_agent_without_showing_it() -> anyhow::Result<()> {
+    let ctx = TestContext::new("tenant-url").await?;
+    let password = "s3cret-in-the-url-0f9e";
+    let key = work_dir(&ctx)?.join("api-key");
+    std::fs::write(&key, "vwsk-unused-key-0123456789abcdef")?;
+    let url = format!("https://bot:{password}@odoo.example.com");
+    let key_arg = key.to_string_lossy().into_owned();
+    let mut agent = ControllerProcess::start(
+        ctx.process_scope(),
+        "agent",
+        &format!("agent-{}-url", ctx.namespace),
+        &[
+            "--control-plane-url",
+            &url,
+            "--api-key-file",
+            &key_arg,
+            "--cluster-name",
+            "url-test",
+            "--watch-namespace",
+            &ctx.namespace,
+            "--allowed-namespaces",
+            &ctx.namespace,
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--status-channel-addr",
+            "off",
+        ],
+        &[("RUST_LOG", "debug"), ("POD_NAMESPACE", e2e::deploy::SYSTEM_NAMESPACE)],
+    )
+    .await?;
+    agent.expect_exit();
+    e2e::eventually(&ctx, "the agent exits", Duration::from_secs(30), || {
+        let running = agent.is_running();
+        async move {
+            Ok(if running {
+                Err("still running".to_owned())
+            } else {
+                Ok(())
+            })
+        }
+    })
+    .await?;
+    assert!(!agent.exit_status().is_some_and(|s| s.success()), "a failed start");
+    let logs = agent.logs();
+    assert!(logs.contains("must not carry credentials"), "{logs}");
+    assert!(logs.contains("https://***@odoo.example.com"), "{logs}");
+    assert!(!logs.contains(password), "the password is never shown: {logs}");
     Ok(())
 }
