@@ -180,3 +180,36 @@ async fn a_helm_release_without_service_account_gets_no_rights() -> anyhow::Resu
     );
     Ok(())
 }
+
+/// A target namespace allowed by a pair but missing: the release identity cannot be bound
+/// there, so the app is `TenantSetupFailed`, nothing is materialised, and no namespace is
+/// created by the controller's server-side apply.
+#[tokio::test]
+async fn a_missing_target_namespace_is_tenant_setup_failed_and_nothing_is_created() -> anyhow::Result<()> {
+    let ctx = TestContext::new("tf-missing").await?;
+    let missing = format!("{}-gone", ctx.namespace);
+    let allowed = format!("{},{missing}", ctx.namespace);
+    let pair = format!("{}={missing}", ctx.namespace);
+    let _controller = start_controller(
+        &ctx,
+        &["--allowed-namespaces", &allowed, "--allowed-namespace-pairs", &pair],
+    )
+    .await?;
+    let mut elsewhere = app("elsewhere", "demo-app", "0.1.0", json!({}));
+    elsewhere.spec.target_namespace = Some(missing.clone());
+    apply_app(&ctx, &elsewhere).await?;
+    let failed = wait_ready(&ctx, "elsewhere", "False", "TenantSetupFailed").await?;
+    let (_, _, message) = condition(&failed, "Ready").unwrap_or_default();
+    assert!(
+        message.contains(&format!("namespace {missing} does not exist")),
+        "Ready message: {message}"
+    );
+    assert!(flux::helm_releases(&ctx).get_opt("elsewhere").await?.is_none());
+    assert!(
+        Api::<Namespace>::all(ctx.client.clone())
+            .get_opt(&missing)
+            .await?
+            .is_none()
+    );
+    Ok(())
+}
