@@ -10,10 +10,18 @@
 #   hack/cluster.sh restart-flux  restart only source-controller and helm-controller
 #                            (e.g. to pick up new flags on a running cluster)
 #
+# `up` also starts a peer cluster (etcd and kube-apiserver only, our CRDs) in a
+# second loopback-only netns, for the tests that prove two clusters stay apart;
+# `down` stops it too. VWS_CLUSTER_PROFILE=apiserver is that minimal profile.
+#
 # Recipe and pitfalls: docs/development/local-cluster.md.
 source "$(dirname "$0")/lib.sh"
 
 NETNS="${VWS_NETNS:-vws-e2e}"
+PROFILE="${VWS_CLUSTER_PROFILE:-full}"
+[[ $PROFILE == full || $PROFILE == apiserver ]] || die "VWS_CLUSTER_PROFILE must be full or apiserver, not $PROFILE"
+PEER_NETNS="$NETNS-peer"
+PEER_CLUSTER_DIR="$CLUSTER_DIR-peer"
 PID_DIR="$CLUSTER_DIR/pids"
 LOG_DIR="$CLUSTER_DIR/logs"
 CHART_PORT=18879
@@ -29,6 +37,10 @@ VELERO_BUCKET=velero
 
 # Components; stopped in reverse order of this list.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok chart-server source-controller helm-controller moto velero)
+if [[ $PROFILE == apiserver ]]; then COMPONENTS=(etcd kube-apiserver); fi
+
+# The same script for the peer cluster: its own netns and directory, etcd and kube-apiserver only.
+peer() { VWS_NETNS="$PEER_NETNS" VWS_CLUSTER_DIR="$PEER_CLUSTER_DIR" VWS_CLUSTER_PROFILE=apiserver "$0" "$@"; }
 
 in_netns() { ip netns exec "$NETNS" "$@"; }
 
@@ -155,7 +167,7 @@ start_all() {
     --initial-cluster vws-e2e=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
   wait_for etcd 60 curl -fsS http://127.0.0.1:2379/health
   # moto (S3) takes a moment to import; let it do so while the apiserver starts.
-  start moto "$VELERO_DIR/moto/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
+  if [[ $PROFILE == full ]]; then start moto "$VELERO_DIR/moto/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"; fi
 
   start kube-apiserver "$B/kube-apiserver" \
     --etcd-servers=http://127.0.0.1:2379 --bind-address=127.0.0.1 --secure-port=6443 \
@@ -165,6 +177,11 @@ start_all() {
     --service-account-signing-key-file="$d/sa.key" --service-cluster-ip-range=10.96.0.0/16 \
     --authorization-mode=Node,RBAC --allow-privileged=true --cert-dir="$d/apiserver-certs"
   wait_for kube-apiserver 120 curl -fsS --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" "$APISERVER/readyz"
+  if [[ $PROFILE == apiserver ]]; then
+    kubectl_ apply --server-side --field-manager=vws-cluster-up -f "$REPO_ROOT/deploy/crds/" >/dev/null
+    wait_crds_established
+    return
+  fi
 
   # Velero's part (its CRDs, bucket, BackupStorageLocation, server) runs alongside
   # everything below; the server is waited for last.
@@ -345,11 +362,21 @@ EOF
 cmd_up() {
   local t0=$SECONDS
   BIN_DIR=$("$HACK_DIR/build-cluster-bins.sh")
+  if [[ $PROFILE == apiserver ]]; then
+    ensure_netns
+    gen_certs
+    start_all
+    { echo "export KUBECONFIG=$KUBECONFIG_PATH"; echo "export VWS_NETNS=$NETNS"; echo "export VWS_BIN_DIR=$BIN_DIR"
+      echo "export VWS_CLUSTER_DIR=$CLUSTER_DIR"; } > "$CLUSTER_DIR/env"
+    log "peer cluster up in $((SECONDS - t0))s: netns $NETNS, $CLUSTER_DIR"
+    return
+  fi
   VELERO_DIR=$("$HACK_DIR/build-velero-bins.sh")
   ensure_netns
   gen_certs
   prepare_assets
   start_all
+  peer up
   {
     echo "export KUBECONFIG=$KUBECONFIG_PATH"
     echo "export VWS_NETNS=$NETNS"
@@ -361,12 +388,15 @@ cmd_up() {
     echo "export VWS_S3_URL=$S3_URL"
     echo "export VWS_S3_BUCKET=$VELERO_BUCKET"
     echo "export VELERO_NAMESPACE=$VELERO_NS"
+    echo "export VWS_PEER_NETNS=$PEER_NETNS"
+    echo "export VWS_PEER_CLUSTER_DIR=$PEER_CLUSTER_DIR"
   } > "$CLUSTER_DIR/env"
   log "cluster up in $((SECONDS - t0))s: KUBECONFIG=$KUBECONFIG_PATH, netns $NETNS (source $CLUSTER_DIR/env)"
 }
 
 cmd_down() {
   local i name pid
+  if [[ $PROFILE == full ]]; then peer down; fi
   for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do
     name=${COMPONENTS[$i]}
     pid=$(pid_of "$name") || continue
@@ -391,7 +421,7 @@ cmd_down() {
   # demo/ is the simulator's record of this cluster (its key, bound to this cluster's identity
   # on first contact): a new cluster gets a new record, or the agent is refused ClusterMismatch.
   rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/flux-artifacts" "$CLUSTER_DIR/velero" "$CLUSTER_DIR/env" "$CLUSTER_DIR/demo"
-  log "cluster down (logs kept in $LOG_DIR)"
+  if [[ $PROFILE == full ]]; then log "cluster down (logs kept in $LOG_DIR)"; else log "peer cluster down"; fi
 }
 
 cmd_status() {
@@ -426,5 +456,7 @@ case "${1:-}" in
     in_netns "$@" ;;
   restart-flux) cmd_restart_flux ;;
   env) cat "$CLUSTER_DIR/env" ;;
-  *) echo "usage: $0 up|down|status|exec CMD...|env" >&2; exit 2 ;;
+  # The peer alone (up starts it too), e.g. beside a cluster started before it existed.
+  peer-up) peer up ;;
+  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up" >&2; exit 2 ;;
 esac

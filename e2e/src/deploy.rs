@@ -296,7 +296,7 @@ pub const BUNDLE_BINARIES: [&str; 6] = [
 
 static BUNDLE_RBAC: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
-/// Applies (once per test process) the ServiceAccounts and RBAC of the `no-flux` overlay,
+/// Applies (once per test process) the ServiceAccounts, RBAC and admission policies of the `no-flux` overlay,
 /// so the e2e suite runs every controller with exactly its installed rights.
 pub async fn ensure_bundle_rbac() -> anyhow::Result<()> {
     BUNDLE_RBAC.get_or_try_init(apply_bundle_rbac).await?;
@@ -306,13 +306,17 @@ pub async fn ensure_bundle_rbac() -> anyhow::Result<()> {
 /// Applies the ServiceAccounts and RBAC of the `no-flux` overlay now (e.g. again after a
 /// test removed them).
 pub async fn apply_bundle_rbac() -> anyhow::Result<()> {
-    const KINDS: [&str; 6] = [
+    // The admission policies that narrow RBAC (e.g. the upgrade engine's ConfigMaps) too,
+    // so every test runs the controllers under them.
+    const KINDS: [&str; 8] = [
         "Namespace",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ];
     let docs = render_docs("no-flux").await?;
     for ns in docs.iter().filter(|d| KINDS.contains(&kind(d))).map(namespace) {
