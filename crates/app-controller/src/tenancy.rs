@@ -315,3 +315,226 @@ mod tests {
         assert_eq!(PodSecurityEnforce::Baseline.to_string(), "baseline");
     }
 }
+
+/// The IO of [`Tenancy::ensure`] against a scripted API server (`tower_test::mock`): the exact
+/// requests, in order, and that a second call for the same namespaces makes none.
+#[cfg(test)]
+mod io_tests {
+    use std::time::Duration;
+
+    use http::{Method, Request, Response, StatusCode};
+    use kube::client::Body;
+
+    use super::*;
+
+    type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    /// One expected request; the answer echoes the request body, or is `answer` when set.
+    struct Step {
+        method: Method,
+        path: &'static str,
+        status: StatusCode,
+        answer: Option<Value>,
+    }
+
+    fn ok(method: Method, path: &'static str) -> Step {
+        Step {
+            method,
+            path,
+            status: StatusCode::OK,
+            answer: None,
+        }
+    }
+
+    fn namespace_meta(name: &str) -> Value {
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": name}})
+    }
+
+    /// Serves `script` in order, asserting method and path; returns the request bodies.
+    async fn serve(mut handle: Handle, script: Vec<Step>) -> Vec<Option<Value>> {
+        let mut bodies = Vec::new();
+        for expected in script {
+            let (request, send) = handle.next_request().await.expect("an expected request");
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.expect("request body");
+            assert_eq!((&parts.method, parts.uri.path()), (&expected.method, expected.path));
+            let sent: Option<Value> = serde_json::from_slice(&bytes).ok();
+            let answer = expected.answer.or_else(|| sent.clone()).unwrap_or(Value::Null);
+            let response = Response::builder()
+                .status(expected.status)
+                .body(Body::from(serde_json::to_vec(&answer).expect("json")))
+                .expect("response");
+            send.send_response(response);
+            bodies.push(sent);
+        }
+        bodies
+    }
+
+    /// Runs `ensure(app_ns, target_ns)` twice on one [`Tenancy`]: the first against `script`,
+    /// the second against nothing (it must make no request at all).
+    async fn ensure_twice(
+        level: PodSecurityEnforce,
+        app_ns: &str,
+        target_ns: &str,
+        script: Vec<Step>,
+    ) -> (
+        Result<(), TenancyError>,
+        Vec<Option<Value>>,
+        Option<Result<(), TenancyError>>,
+    ) {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let metrics = controller_kit::Metrics::new("test").controller("test");
+        let tenancy = Tenancy::new("test-manager", level);
+        let server = tokio::spawn(serve(handle, script));
+        let first = tokio::time::timeout(
+            Duration::from_secs(5),
+            tenancy.ensure(&client, &metrics, app_ns, target_ns),
+        )
+        .await
+        .expect("first ensure finished");
+        let bodies = tokio::time::timeout(Duration::from_secs(1), server)
+            .await
+            .expect("every scripted request was made")
+            .expect("server task");
+        // No server any more: a request would hang until the timeout.
+        let second = if first.is_ok() {
+            Some(
+                tokio::time::timeout(
+                    Duration::from_millis(300),
+                    tenancy.ensure(&client, &metrics, app_ns, target_ns),
+                )
+                .await
+                .expect("the second ensure makes no request"),
+            )
+        } else {
+            None
+        };
+        (first, bodies, second)
+    }
+
+    #[tokio::test]
+    async fn own_namespace_labels_account_and_binding_once() {
+        let (first, bodies, second) = ensure_twice(
+            PodSecurityEnforce::Baseline,
+            "team-a",
+            "team-a",
+            vec![
+                Step {
+                    answer: Some(namespace_meta("team-a")),
+                    ..ok(Method::GET, "/api/v1/namespaces/team-a")
+                },
+                ok(Method::PATCH, "/api/v1/namespaces/team-a"),
+                ok(
+                    Method::PATCH,
+                    "/api/v1/namespaces/team-a/serviceaccounts/vworkspace-release",
+                ),
+                ok(
+                    Method::PATCH,
+                    "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/vworkspace-release",
+                ),
+            ],
+        )
+        .await;
+        assert!(first.is_ok(), "{first:?}");
+        assert!(matches!(second, Some(Ok(()))));
+        assert_eq!(bodies[1], Some(namespace_labels("team-a", "baseline")));
+        assert_eq!(bodies[2], Some(service_account("team-a")));
+        assert_eq!(bodies[3], Some(role_binding("team-a", "team-a")));
+    }
+
+    #[tokio::test]
+    async fn a_paired_target_gets_its_own_binding_and_labels() {
+        let (first, bodies, _) = ensure_twice(
+            PodSecurityEnforce::Restricted,
+            "team-a",
+            "shared",
+            vec![
+                Step {
+                    answer: Some(namespace_meta("team-a")),
+                    ..ok(Method::GET, "/api/v1/namespaces/team-a")
+                },
+                ok(Method::PATCH, "/api/v1/namespaces/team-a"),
+                Step {
+                    answer: Some(namespace_meta("shared")),
+                    ..ok(Method::GET, "/api/v1/namespaces/shared")
+                },
+                ok(Method::PATCH, "/api/v1/namespaces/shared"),
+                ok(
+                    Method::PATCH,
+                    "/api/v1/namespaces/team-a/serviceaccounts/vworkspace-release",
+                ),
+                ok(
+                    Method::PATCH,
+                    "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/vworkspace-release",
+                ),
+                ok(
+                    Method::PATCH,
+                    "/apis/rbac.authorization.k8s.io/v1/namespaces/shared/rolebindings/vworkspace-release-team-a",
+                ),
+            ],
+        )
+        .await;
+        assert!(first.is_ok(), "{first:?}");
+        assert_eq!(bodies[3], Some(namespace_labels("shared", "restricted")));
+        assert_eq!(bodies[6], Some(role_binding("shared", "team-a")));
+    }
+
+    /// A missing target namespace is reported before any write, so the apply cannot create it;
+    /// with `none` the app's own namespace is not even read (no namespace rights needed).
+    #[tokio::test]
+    async fn a_missing_target_namespace_is_refused_before_any_write() {
+        let (first, _, _) = ensure_twice(
+            PodSecurityEnforce::None,
+            "team-a",
+            "gone",
+            vec![Step {
+                method: Method::GET,
+                path: "/api/v1/namespaces/gone",
+                status: StatusCode::NOT_FOUND,
+                answer: Some(json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": "namespaces \"gone\" not found", "reason": "NotFound", "code": 404
+                })),
+            }],
+        )
+        .await;
+        assert!(
+            matches!(&first, Err(TenancyError::NamespaceNotFound(ns)) if ns == "gone"),
+            "{first:?}"
+        );
+    }
+
+    /// A refused write (e.g. Forbidden) is an error naming the object.
+    #[tokio::test]
+    async fn a_forbidden_write_is_reported_and_not_remembered() {
+        let forbidden = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "rolebindings.rbac.authorization.k8s.io is forbidden", "reason": "Forbidden", "code": 403
+        });
+        let (first, _, second) = ensure_twice(
+            PodSecurityEnforce::None,
+            "team-a",
+            "team-a",
+            vec![
+                ok(
+                    Method::PATCH,
+                    "/api/v1/namespaces/team-a/serviceaccounts/vworkspace-release",
+                ),
+                Step {
+                    method: Method::PATCH,
+                    path: "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/vworkspace-release",
+                    status: StatusCode::FORBIDDEN,
+                    answer: Some(forbidden),
+                },
+            ],
+        )
+        .await;
+        let message = first.as_ref().map_err(ToString::to_string).err().unwrap_or_default();
+        assert!(
+            message.starts_with("applying RoleBinding team-a/vworkspace-release: "),
+            "{message}"
+        );
+        assert!(second.is_none(), "a failed ensure is not repeated by the helper");
+    }
+}
