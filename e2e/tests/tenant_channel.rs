@@ -30,11 +30,19 @@ async fn publish(
     token_file: Option<&std::path::Path>,
     events: Vec<StatusEvent>,
 ) -> Result<(), tonic::Status> {
-    let channel = Endpoint::from_shared(endpoint.to_owned())
-        .map_err(|e| tonic::Status::internal(e.to_string()))?
-        .connect()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    // The agent serves the channel once it knows its cluster, a moment after /livez answers.
+    let endpoint = Endpoint::from_shared(endpoint.to_owned()).map_err(|e| tonic::Status::internal(e.to_string()))?;
+    let mut attempts = 0;
+    let channel = loop {
+        match endpoint.connect().await {
+            Ok(channel) => break channel,
+            Err(e) if attempts >= 50 => return Err(tonic::Status::unavailable(e.to_string())),
+            Err(_) => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
     let mut request = Request::new(tokio_stream_iter(events));
     if let Some(path) = token_file {
         let token = std::fs::read_to_string(path).map_err(|e| tonic::Status::internal(e.to_string()))?;
@@ -162,5 +170,12 @@ async fn the_status_channel_refuses_strangers_oversized_messages_and_relist_floo
         |v| object_ack(v, rev, ns, "after-flood").map(|_| ()),
     )
     .await?;
+
+    // The tokens, valid or not, never reach the agent's log (debug level).
+    let logs = agent.process.logs();
+    for path in [&publisher, &stranger, &api_audience, &forged] {
+        let token = std::fs::read_to_string(path)?;
+        assert!(!logs.contains(token.trim()), "a token in the agent's log");
+    }
     Ok(())
 }
