@@ -458,5 +458,5 @@ case "${1:-}" in
   env) cat "$CLUSTER_DIR/env" ;;
   # The peer alone (up starts it too), e.g. beside a cluster started before it existed.
   peer-up) peer up ;;
-  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux" >&2; exit 2 ;;
 esac
