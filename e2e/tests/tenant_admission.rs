@@ -7,7 +7,7 @@
 //! ServiceAccount) who holds only a Role in their namespace (create/get/list on
 //! ApplicationInstances and Operations) tries to reach a second tenant's namespace, the
 //! node, a cluster-scoped object or another namespace's Secret. Every attempt must be
-//! refused with the documented message (docs/security-admission.md), and nothing may exist
+//! refused with the documented message (docs/security.md), and nothing may exist
 //! in the other namespace afterwards; a well-formed object in their own namespace is
 //! accepted. The cluster administrator stays exempt and the operator's ServiceAccounts do
 //! not.

@@ -3,7 +3,7 @@
 //! the controllers enforce: an ApplicationInstance stays in its own namespace and an
 //! Operation's Runbook pod gets nothing from the node. Generated into `deploy/crds/` by
 //! `crdgen` together with the CRDs, so they are drift-checked and installed in the same
-//! step. What they enforce and why: `docs/security-admission.md`.
+//! step. What they enforce and why: `docs/security.md`.
 //!
 //! The API server, not the controllers, is the barrier here: a refused object is never
 //! stored, so nothing a controller might do with it (or a bug in its own check) matters.
