@@ -395,19 +395,9 @@ cmd_up() {
 }
 
 cmd_down() {
-  local i name pid
+  local i pid
   if [[ $PROFILE == full ]]; then peer down; fi
-  for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do
-    name=${COMPONENTS[$i]}
-    pid=$(pid_of "$name") || continue
-    if is_ours "$pid"; then
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -9 "$pid" 2>/dev/null || true
-      log "stopped $name"
-    fi
-    rm -f "$PID_DIR/$name.pid"
-  done
+  for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do stop_component "${COMPONENTS[$i]}"; done
   # Anything else still alive in our netns was started by tests or tools for this cluster.
   if ip netns list | grep -qw "^$NETNS"; then
     for pid in $(ip netns pids "$NETNS" 2>/dev/null); do kill "$pid" 2>/dev/null || true; done

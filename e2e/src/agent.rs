@@ -389,31 +389,16 @@ pub async fn start_agent(
     retry_address_race(async || {
         let admin_addr = free_loopback_addr()?.to_string();
         let channel_addr = free_loopback_addr()?.to_string();
-        let mut args = vec![
-            "--control-plane-url",
-            sim.url.as_str(),
-            "--insecure-allow-http",
-            "--api-key-file",
-            key.as_str(),
-            "--cluster-name",
-            sim.cluster.as_str(),
-            "--watch-namespace",
-            ctx.namespace.as_str(),
-            "--allowed-namespaces",
-            ctx.namespace.as_str(),
-            "--admin-addr",
-            admin_addr.as_str(),
-            "--sync-interval",
-            "2s",
-            "--request-timeout",
-            "3s",
-            "--max-backoff",
-            "4s",
-            "--status-configmap",
-            status_configmap.as_str(),
-            "--status-channel-addr",
-            channel_addr.as_str(),
-        ];
+        let mut args = PullAgentFlags {
+            control_plane_url: &sim.url,
+            key_file: &key,
+            cluster: &sim.cluster,
+            namespace: &ctx.namespace,
+            admin_addr: &admin_addr,
+            channel_addr: &channel_addr,
+            status_configmap: &status_configmap,
+        }
+        .args();
         args.extend_from_slice(extra);
         let process = spawn_agent(ctx, tag, &args).await?;
         process.wait_http_ok(&admin_addr, "/livez", AGENT_TIMEOUT).await?;
@@ -425,6 +410,48 @@ pub async fn start_agent(
         })
     })
     .await
+}
+
+/// The flags of a pull-mode agent in a test: plain HTTP to the simulator, one namespace
+/// watched and allowed, and short sync, timeout and backoff so tests move quickly.
+pub struct PullAgentFlags<'a> {
+    pub control_plane_url: &'a str,
+    pub key_file: &'a str,
+    pub cluster: &'a str,
+    pub namespace: &'a str,
+    pub admin_addr: &'a str,
+    pub channel_addr: &'a str,
+    pub status_configmap: &'a str,
+}
+
+impl<'a> PullAgentFlags<'a> {
+    pub fn args(&self) -> Vec<&'a str> {
+        vec![
+            "--control-plane-url",
+            self.control_plane_url,
+            "--insecure-allow-http",
+            "--api-key-file",
+            self.key_file,
+            "--cluster-name",
+            self.cluster,
+            "--watch-namespace",
+            self.namespace,
+            "--allowed-namespaces",
+            self.namespace,
+            "--admin-addr",
+            self.admin_addr,
+            "--sync-interval",
+            "2s",
+            "--request-timeout",
+            "3s",
+            "--max-backoff",
+            "4s",
+            "--status-configmap",
+            self.status_configmap,
+            "--status-channel-addr",
+            self.channel_addr,
+        ]
+    }
 }
 
 /// Minimal HTTP/1.1 request on loopback; returns (status, body).

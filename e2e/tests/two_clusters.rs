@@ -18,7 +18,7 @@ use std::{
 use anyhow::Context as _;
 use e2e::{
     TestContext,
-    agent::{AGENT_TIMEOUT, SimProcess, api_key, object_ack, start_agent, wait_sim, work_dir},
+    agent::{AGENT_TIMEOUT, PullAgentFlags, SimProcess, api_key, object_ack, start_agent, wait_sim, work_dir},
     apps::app,
     eventually,
     process::{ControllerProcess, binary_path, free_loopback_addr},
@@ -194,36 +194,23 @@ fn start_peer_agent(
     let admin = format!("127.0.0.1:{}", free_loopback_addr()?.port());
     let channel = format!("127.0.0.1:{}", free_loopback_addr()?.port());
     let kubeconfig = path_str(&peer.kubeconfig)?;
+    let status_configmap = format!("agent-status{tag}");
+    let args = PullAgentFlags {
+        control_plane_url: &url,
+        key_file: path_str(key_file)?,
+        cluster,
+        namespace: &ctx.namespace,
+        admin_addr: &admin,
+        channel_addr: &channel,
+        status_configmap: &status_configmap,
+    }
+    .args();
     ControllerProcess::start_program(
         ctx.process_scope(),
         Some(&peer.netns),
         &binary_path("agent"),
         &format!("agent-{}-peer{tag}", ctx.namespace),
-        &[
-            "--control-plane-url",
-            &url,
-            "--insecure-allow-http",
-            "--api-key-file",
-            path_str(key_file)?,
-            "--cluster-name",
-            cluster,
-            "--watch-namespace",
-            &ctx.namespace,
-            "--allowed-namespaces",
-            &ctx.namespace,
-            "--admin-addr",
-            &admin,
-            "--status-channel-addr",
-            &channel,
-            "--status-configmap",
-            &format!("agent-status{tag}"),
-            "--sync-interval",
-            "2s",
-            "--request-timeout",
-            "3s",
-            "--max-backoff",
-            "4s",
-        ],
+        &args,
         &[
             ("KUBECONFIG", kubeconfig),
             ("POD_NAMESPACE", "vworkspace-system"),
