@@ -25,6 +25,7 @@ use e2e::{
         status_configmap, summary, wait_sim, work_dir,
     },
     apps::{RELEASE_TIMEOUT, app, start_controller},
+    cluster_dir,
     deploy::{http_get, metric_sum},
 };
 use kube::Api;
@@ -526,11 +527,20 @@ async fn a_short_push_token_is_refused_at_start() -> anyhow::Result<()> {
     assert_eq!(short.len(), 31);
     let path = work_dir(&ctx)?.join("push-token-short");
     std::fs::write(&path, short)?;
-    let err = match start_push_agent(&ctx, &pki, &path, false, "-short").await {
-        Ok(_) => anyhow::bail!("the agent started with a 31-byte push token"),
-        Err(e) => format!("{e:#}"),
-    };
-    assert!(err.contains("at least 32 are required"), "{err}");
-    assert!(!err.contains(short), "the error does not quote the token: {err}");
+    if start_push_agent(&ctx, &pki, &path, false, "-short").await.is_ok() {
+        anyhow::bail!("the agent started with a 31-byte push token");
+    }
+    // The whole log, not the error's tail: with RUST_BACKTRACE set, the backtrace after
+    // the error line fills the tail.
+    let log = std::fs::read_to_string(
+        cluster_dir()
+            .join("logs")
+            .join(format!("agent-{}-short.log", ctx.namespace)),
+    )?;
+    assert!(
+        log.contains("the push token is 31 bytes; at least 32 are required"),
+        "{log}"
+    );
+    assert!(!log.contains(short), "the log does not quote the token: {log}");
     Ok(())
 }
