@@ -8,6 +8,8 @@ REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 source "$HACK_DIR/versions.env"
 # shellcheck source=versions-velero.env
 source "$HACK_DIR/versions-velero.env"
+# shellcheck source=versions-node.env
+source "$HACK_DIR/versions-node.env"
 
 export GOTOOLCHAIN=local
 export GOFLAGS=-buildvcs=false
@@ -16,12 +18,13 @@ export CGO_ENABLED=0
 # Binaries live outside the repository, keyed by everything that decides them,
 # so a clean clone reuses them and a version bump rebuilds.
 CACHE_ROOT="${VWS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vworkspace-operator}"
-# Velero (hack/tools/velero, hack/versions-velero.env) is cached on its own, so
-# it is left out of this key: adding or bumping it never rebuilds Kubernetes.
+# Velero (hack/tools/velero, hack/versions-velero.env) and the real node
+# (hack/tools/node-*, hack/versions-node.env) are cached on their own, so they
+# are left out of this key: adding or bumping them never rebuilds Kubernetes.
 cache_key() {
   local d mods=() sums=()
   for d in "$HACK_DIR"/tools/*/; do
-    [[ $d == */tools/velero/ ]] && continue
+    [[ $d == */tools/velero/ || $d == */tools/node-*/ ]] && continue
     mods+=("${d}go.mod"); sums+=("${d}go.sum")
   done
   { cat "$HACK_DIR/versions.env" "${mods[@]}" "${sums[@]}" 2>/dev/null || true; } | sha256sum | cut -c1-16
@@ -35,6 +38,16 @@ velero_cache_key() {
         "$HACK_DIR"/tools/velero/moto-requirements.txt 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
 VELERO_DIR="$CACHE_ROOT/velero-$(velero_cache_key)"
+
+# The real node's binaries and pause image (hack/build-node-bins.sh), keyed by
+# KUBE_VERSION (kubelet, kube-proxy), versions-node.env and the node-*
+# wrappers. Like bin-<hash>, not keyed by the build script: a change of build
+# flags there needs a new directory by hand (delete it, or bump NODE_BUILD_REV).
+node_cache_key() {
+  { grep -E '^KUBE_VERSION=' "$HACK_DIR/versions.env"
+    cat "$HACK_DIR/versions-node.env" "$HACK_DIR"/tools/node-*/go.mod "$HACK_DIR"/tools/node-*/go.sum 2>/dev/null || true; } | sha256sum | cut -c1-16
+}
+NODE_DIR="$CACHE_ROOT/node-$(node_cache_key)"
 
 # Runtime state of the local cluster (certs, kubeconfig, logs, pids): ignored by git.
 CLUSTER_DIR="${VWS_CLUSTER_DIR:-$REPO_ROOT/target/e2e-cluster}"
