@@ -9,6 +9,8 @@
 #   hack/node-spike.sh pod        run a pod of the pause image on the node (a container really runs)
 #   hack/node-spike.sh web        a busybox httpd pod (image from Debian's busybox-static, written by
 #                                 hack/oci-image.py) and one HTTP GET to its pod IP from the netns
+#   hack/node-spike.sh proxy      after `web`: kube-proxy (iptables mode) in the netns, a Service for
+#                                 spike-web, and a GET to its ClusterIP from the netns
 #   hack/node-spike.sh status     the node, its pods, containerd's containers
 #   hack/node-spike.sh down       stop both, clean mounts, cgroups and state (run BEFORE
 #                                 `hack/cluster.sh down`, which does not know about the node)
@@ -287,10 +289,51 @@ EOF
   in_netns curl -fsS "http://$ip:8080/index.html"
 }
 
+cmd_proxy() {
+  BIN_DIR=$("$HACK_DIR/build-cluster-bins.sh" --no-build)
+  NODE_DIR=$("$HACK_DIR/build-node-bins.sh" --no-build) || die "no node binaries; run hack/node-spike.sh up"
+  in_netns ip link show "$BRIDGE" >/dev/null 2>&1 || die "no bridge $BRIDGE yet; run hack/node-spike.sh web first"
+  if ! command -v iptables >/dev/null || ! command -v conntrack >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq iptables conntrack >/dev/null
+  fi
+  # Spike shortcut: the admin kubeconfig (a real node would use system:kube-proxy / system:node-proxier).
+  cat > "$ND/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $KUBECONFIG_PATH}
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_SUBNET
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+conntrack: {maxPerCore: 0}
+EOF
+  start node-kube-proxy "$NODE_DIR/bin/kube-proxy" --config "$ND/kube-proxy.yaml" --v=2
+  # The netns has no default route: without a route to the Service range, a connect() to a
+  # ClusterIP fails (network unreachable) before kube-proxy's DNAT in OUTPUT can apply.
+  in_netns ip route replace 10.96.0.0/16 dev "$BRIDGE"
+  kubectl_ label pod spike-web --overwrite role=web >/dev/null
+  kubectl_ apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: spike-web, namespace: default}
+spec:
+  selector: {role: web}
+  ports: [{port: 80, targetPort: 8080}]
+EOF
+  local ip deadline=$((SECONDS + 30))
+  ip=$(kubectl_ get svc spike-web -o 'jsonpath={.spec.clusterIP}')
+  until in_netns curl -fsS -m 2 "http://$ip/index.html"; do
+    (( SECONDS < deadline )) || { tail -n 20 "$LOG_DIR/node-kube-proxy.log" >&2; die "ClusterIP $ip does not answer"; }
+    sleep 1
+  done
+  log "Service spike-web: ClusterIP $ip answers through kube-proxy"
+}
+
 cmd_status() {
   BIN_DIR=$("$HACK_DIR/build-cluster-bins.sh" --no-build)
   NODE_DIR=$("$HACK_DIR/build-node-bins.sh" --no-build) || true
-  local c; for c in node-containerd node-kubelet; do
+  local c; for c in node-containerd node-kubelet node-kube-proxy; do
     if running "$c"; then echo "$c: running (pid $(pid_of "$c"))"; else echo "$c: stopped"; fi
   done
   kubectl_ get nodes -o wide || true
@@ -304,6 +347,11 @@ cmd_down() {
   if [[ -e /run/netns/$NETNS ]] && kubectl_ get --raw /readyz >/dev/null 2>&1; then
     # Let kubelet tear its pods down (volumes, sandboxes, CNI) while it still runs.
     kubectl_ delete pods -A --field-selector "spec.nodeName=$NODE_NAME" --grace-period=2 --wait=true --timeout=60s >/dev/null 2>&1 || true
+  fi
+  if running node-kube-proxy; then
+    stop node-kube-proxy
+    in_netns "$NODE_DIR/bin/kube-proxy" --cleanup >/dev/null 2>&1 || true   # its iptables rules
+    kubectl_ delete svc spike-web -n default --ignore-not-found >/dev/null 2>&1 || true
   fi
   stop node-kubelet
   if running node-containerd; then
@@ -339,7 +387,8 @@ case "${1:-}" in
   up) cmd_up ;;
   pod) cmd_pod ;;
   web) cmd_web ;;
+  proxy) cmd_proxy ;;
   status) cmd_status ;;
   down) cmd_down ;;
-  *) echo "usage: $0 up|pod|web|status|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|pod|web|proxy|status|down" >&2; exit 2 ;;
 esac
