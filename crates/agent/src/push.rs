@@ -640,9 +640,15 @@ fn respond<T: Serialize>(health: &Health, endpoint: &'static str, result: Result
             } else {
                 "(a parser's message, returned to the caller only)"
             };
+            // 503 is this agent asking a caller to retry (still listing, not the leader, its
+            // token unreadable: logged where it happens), not a refusal of the caller: it must
+            // not use up the refusal lines' budget, or a flood of bad tokens right after start
+            // would leave no line naming them.
+            if e.status == StatusCode::SERVICE_UNAVAILABLE {
+                tracing::debug!(endpoint, message, "push request answered: retry later");
             // One line per interval at most (`suppressed` counts the others since the
             // previous line); the request metrics count every refusal.
-            if let Some(suppressed) = limits::refusal_to_log() {
+            } else if let Some(suppressed) = limits::refusal_to_log() {
                 tracing::info!(endpoint, status = e.status.as_u16(), error = %e.error.name, message, suppressed, "push request refused");
             }
             e.into_response()
