@@ -160,7 +160,7 @@ def main():
     ap.add_argument("--symlink", action="append", default=[], metavar="DEST:TARGET")
     ap.add_argument("--tree", action="append", default=[], metavar="SRC_DIR:DEST")
     ap.add_argument("files", nargs="*", metavar="SRC:DEST[:MODE]")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()  # SRC:DEST specs may come between options
 
     layer = Layer(ap)
     for spec in a.files:
