@@ -47,9 +47,27 @@ tolerations:
 {{- end -}}
 
 {{- /*
+Container securityContext of every e2e pod: Pod Security "restricted". The
+images (hack/build-images.sh) run as 65532 and write nothing.
+*/ -}}
+{{- define "e2e.containerSecurityContext" -}}
+securityContext:
+  runAsNonRoot: true
+  readOnlyRootFilesystem: true
+  allowPrivilegeEscalation: false
+  capabilities:
+    drop: [ALL]
+  seccompProfile:
+    type: RuntimeDefault
+{{- end -}}
+
+{{- /*
 The Deployment used by demo-app, hook-app and broken-app: named <release>,
 .Values.replicaCount replicas. On the kwok test cluster its pods become
-Running/Ready without any container runtime.
+Running/Ready without any container runtime (kwok ignores volumes and probes).
+On a real node the image (hack/build-images.sh) runs `busybox httpd` on :8080
+serving /www, where the <release>-config ConfigMap's key `greeting` is
+index.html; the readiness probe GETs it.
 */ -}}
 {{- define "e2e.deployment" -}}
 apiVersion: apps/v1
@@ -80,4 +98,21 @@ spec:
             - name: http
               containerPort: 8080
               protocol: TCP
+          readinessProbe:
+            httpGet:
+              path: /
+              port: http
+            periodSeconds: 5
+          {{- include "e2e.containerSecurityContext" . | nindent 10 }}
+          volumeMounts:
+            - name: www
+              mountPath: /www
+              readOnly: true
+      volumes:
+        - name: www
+          configMap:
+            name: {{ .Release.Name }}-config
+            items:
+              - key: greeting
+                path: index.html
 {{- end -}}
