@@ -15,6 +15,7 @@ generate:
 check-generated:
     cargo run -q -p crdgen -- --check deploy/crds
     hack/gen-flux-manifests.sh --check
+    hack/gen-chart.py --check
 
 # Format all Rust code.
 fmt:
