@@ -9,6 +9,10 @@
 #   hack/cluster.sh env      print the environment for tools (KUBECONFIG, ...)
 #   hack/cluster.sh restart-flux  restart only source-controller and helm-controller
 #                            (e.g. to pick up new flags on a running cluster)
+#   hack/cluster.sh load-images ARCHIVE...  OCI archives into the real node's containerd
+#
+# `up` starts one real node (real-node-0: containerd, kubelet, kube-proxy, CoreDNS and a
+# volume provisioner; hack/node.sh) beside the kwok node, unless VWS_REAL_NODE=0.
 #
 # `up` also starts a peer cluster (etcd and kube-apiserver only, our CRDs) in a
 # second loopback-only netns, for the tests that prove two clusters stay apart;
@@ -34,6 +38,8 @@ VELERO_METRICS_PORT=18901
 VELERO_PROFILER_PORT=18902
 VELERO_NS=velero
 VELERO_BUCKET=velero
+# The real node (containerd, kubelet, kube-proxy, CoreDNS, local-path-provisioner).
+source "$HACK_DIR/node.sh"
 
 # Components; stopped in reverse order of this list.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok chart-server source-controller helm-controller moto velero)
@@ -42,7 +48,10 @@ if [[ $PROFILE == apiserver ]]; then COMPONENTS=(etcd kube-apiserver); fi
 # The same script for the peer cluster: its own netns and directory, etcd and kube-apiserver only.
 peer() { VWS_NETNS="$PEER_NETNS" VWS_CLUSTER_DIR="$PEER_CLUSTER_DIR" VWS_CLUSTER_PROFILE=apiserver "$0" "$@"; }
 
-in_netns() { ip netns exec "$NETNS" "$@"; }
+# Only the network namespace (nsenter --net), not the mount namespace `ip netns exec` makes:
+# the real node's kubelet and containerd must see /sys/fs/cgroup and share the host's view
+# of pod volume mounts (hack/node.sh). `exec` (tests, tools) still uses `ip netns exec`.
+in_netns() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
 
 ensure_netns() {
   [[ $EUID -eq 0 ]] || die "the cluster runs in a network namespace; run as root (CI and dev machines are root)"
@@ -50,9 +59,25 @@ ensure_netns() {
     ip netns add "$NETNS"
   fi
   in_netns ip link set lo up
-  # Only loopback: anything else means someone added an interface, refuse.
-  local ifaces; ifaces=$(in_netns ip -o link show | awk -F': ' '{print $2}' | sort | tr '\n' ' ')
-  [[ "$ifaces" == "lo " ]] || die "netns $NETNS has interfaces other than lo: $ifaces"
+  # The node IP (hack/node.sh) lives on lo; the API server advertises it, so it exists first.
+  [[ -n $(in_netns ip -o addr show dev lo to "$NODE_IP/32") ]] || in_netns ip addr add "$NODE_IP/32" dev lo
+  assert_contained
+}
+
+# Nothing may leave the namespace: its interfaces are lo, the real node's bridge and the
+# veths of that node's pods (each enslaved to the bridge), and it has no default route.
+# Anything else means someone added an interface or a way out: refuse.
+assert_contained() {
+  local name master
+  while read -r name; do
+    name=${name%%@*}
+    [[ $name == lo || $name == "$NODE_BRIDGE" ]] && continue
+    master=$(in_netns ip -o link show "$name" | grep -o 'master [^ ]*' | cut -d' ' -f2)
+    [[ $name == veth* && $master == "$NODE_BRIDGE" ]] && continue
+    die "netns $NETNS has an interface other than lo, $NODE_BRIDGE and its veths: $name"
+  done < <(in_netns ip -o link show | awk -F': ' '{print $2}')
+  local default; default=$(in_netns ip route show default)
+  [[ -z $default ]] || die "netns $NETNS has a default route: $default"
 }
 
 pid_of() { local f="$PID_DIR/$1.pid"; [[ -f $f ]] && cat "$f"; }
@@ -93,14 +118,20 @@ wait_for() { # name seconds cmd...: poll cmd inside the netns until it succeeds
 
 gen_certs() {
   local d=$CLUSTER_DIR
-  [[ -f $d/admin.crt && -f $d/apiserver.crt && -f $d/sa.key ]] && return
+  # Certificates from before the real node lack its SANs: make them again.
+  if [[ -f $d/admin.crt && -f $d/apiserver.crt && -f $d/sa.key && -f $d/pki/apiserver-kubelet-client.crt ]] &&
+     [[ $(openssl x509 -noout -ext subjectAltName -in "$d/apiserver.crt" 2>/dev/null) == *"IP Address:$NODE_IP"* ]]; then
+    return
+  fi
+  rm -rf "$d/pki" "$d/node"
   log "generating certificates in $d"
   mkdir -p "$d"
   (
     cd "$d"
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=vws-e2e-ca" -keyout ca.key -out ca.crt 2>/dev/null
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > apiserver.ext
+    # 10.96.0.1 and kubernetes.default.svc: the `kubernetes` Service, for pods on the real node.
+    printf 'subjectAltName=IP:127.0.0.1,IP:%s,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' "$NODE_IP" > apiserver.ext
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -out apiserver.crt -extfile apiserver.ext 2>/dev/null
     openssl req -newkey rsa:2048 -nodes -subj "/CN=vws-admin/O=system:masters" -keyout admin.key -out admin.csr 2>/dev/null
     printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > client.ext
@@ -109,6 +140,8 @@ gen_certs() {
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
     rm -f ./*.csr
   )
+  # The API server's client identity towards kubelets (logs, exec, port-forward).
+  sign_cert apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" "$client_ext"
   cat > "$KUBECONFIG_PATH" <<EOF
 apiVersion: v1
 kind: Config
@@ -170,8 +203,10 @@ start_all() {
   if [[ $PROFILE == full ]]; then start moto "$VELERO_DIR/moto/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"; fi
 
   start kube-apiserver "$B/kube-apiserver" \
-    --etcd-servers=http://127.0.0.1:2379 --bind-address=127.0.0.1 --secure-port=6443 \
-    --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+    --etcd-servers=http://127.0.0.1:2379 --bind-address=0.0.0.0 --secure-port=6443 \
+    --advertise-address="$NODE_IP" \
+    --kubelet-preferred-address-types=InternalIP --kubelet-certificate-authority="$d/ca.crt" \
+    --kubelet-client-certificate="$d/pki/apiserver-kubelet-client.crt" --kubelet-client-key="$d/pki/apiserver-kubelet-client.key" \
     --tls-cert-file="$d/apiserver.crt" --tls-private-key-file="$d/apiserver.key" --client-ca-file="$d/ca.crt" \
     --service-account-issuer=https://127.0.0.1:6443 --service-account-key-file="$d/sa.pub" \
     --service-account-signing-key-file="$d/sa.key" --service-cluster-ip-range=10.96.0.0/16 \
@@ -188,6 +223,14 @@ start_all() {
   start_velero &
   local velero_setup=$!
 
+  # The API server's kubelet client may use the kubelet API (logs, exec) and nothing else.
+  kubectl_ apply --server-side --field-manager=vws-cluster-up -f - >/dev/null <<'EOF'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: vws-apiserver-kubelet-client}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:kubelet-api-admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: kube-apiserver-kubelet-client}]
+EOF
   # CRDs before the controllers that watch them.
   kubectl_ apply --server-side --field-manager=vws-cluster-up -f "$d/assets/flux-crds/" >/dev/null
   kubectl_ apply --server-side --field-manager=vws-cluster-up -f "$REPO_ROOT/deploy/crds/" >/dev/null
@@ -376,6 +419,7 @@ cmd_up() {
   gen_certs
   prepare_assets
   start_all
+  if real_node_enabled; then node_up; fi
   peer up
   {
     echo "export KUBECONFIG=$KUBECONFIG_PATH"
@@ -390,13 +434,18 @@ cmd_up() {
     echo "export VELERO_NAMESPACE=$VELERO_NS"
     echo "export VWS_PEER_NETNS=$PEER_NETNS"
     echo "export VWS_PEER_CLUSTER_DIR=$PEER_CLUSTER_DIR"
+    if real_node_enabled; then
+      echo "export VWS_REAL_NODE=$NODE_NAME"
+      echo "export VWS_NODE_DIR=$NODE_DIR"
+      echo "export VWS_NODE_IP=$NODE_IP"
+    fi
   } > "$CLUSTER_DIR/env"
   log "cluster up in $((SECONDS - t0))s: KUBECONFIG=$KUBECONFIG_PATH, netns $NETNS (source $CLUSTER_DIR/env)"
 }
 
 cmd_down() {
   local i pid
-  if [[ $PROFILE == full ]]; then peer down; fi
+  if [[ $PROFILE == full ]]; then peer down; node_down; fi
   for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do stop_component "${COMPONENTS[$i]}"; done
   # Anything else still alive in our netns was started by tests or tools for this cluster.
   if ip netns list | grep -qw "^$NETNS"; then
@@ -422,6 +471,7 @@ cmd_status() {
     if [[ -n $pid ]] && is_ours "$pid"; then printf '%-24s running (pid %s)\n' "$name" "$pid"
     else printf '%-24s stopped\n' "$name"; rc=1; fi
   done
+  if real_node_enabled; then node_status; fi
   if (( rc == 0 )); then
     in_netns curl -fsS --cacert "$CLUSTER_DIR/ca.crt" --cert "$CLUSTER_DIR/admin.crt" --key "$CLUSTER_DIR/admin.key" \
       "$APISERVER/version" | python3 -c 'import json,sys; print("apiserver version:", json.load(sys.stdin)["gitVersion"])'
@@ -443,10 +493,16 @@ case "${1:-}" in
       source "$CLUSTER_DIR/env"
       export PATH="$VWS_BIN_DIR:${VWS_VELERO_DIR:+$VWS_VELERO_DIR/bin:}$PATH"
     fi
-    in_netns "$@" ;;
+    # `ip netns exec` (own mount namespace, /sys of the netns): tests read /sys/class/net.
+    ip netns exec "$NETNS" "$@" ;;
   restart-flux) cmd_restart_flux ;;
   env) cat "$CLUSTER_DIR/env" ;;
+  # OCI archives (hack/build-images.sh) into the real node's containerd.
+  load-images)
+    shift; NODE_DIR=$("$HACK_DIR/build-node-bins.sh" --no-build) || die "no node binaries; run hack/cluster.sh up"
+    running node-containerd || die "the real node is not running (VWS_REAL_NODE=0?)"
+    import_images "$@"; log "imported $# image archive(s) into $NODE_NAME" ;;
   # The peer alone (up starts it too), e.g. beside a cluster started before it existed.
   peer-up) peer up ;;
-  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|load-images ARCHIVE..." >&2; exit 2 ;;
 esac

@@ -52,8 +52,13 @@ pub fn cluster_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target/e2e-cluster"))
 }
 
-/// Tests must only ever reach loopback: refuse to run unless the only network
-/// interface is `lo` (true inside `hack/cluster.sh exec`).
+/// The real node's bridge in the cluster's network namespace (hack/node.sh).
+pub const NODE_BRIDGE: &str = "vwsbr0";
+
+/// Tests must only ever reach what runs on this machine: refuse to run unless
+/// the network namespace is the cluster's (true inside `hack/cluster.sh exec`).
+/// Its interfaces are `lo`, the real node's bridge and the veths of that node's
+/// pods (each enslaved to the bridge), and it has no default route.
 pub fn assert_loopback_only() {
     let ifaces: Vec<String> = std::fs::read_dir("/sys/class/net")
         .map(|d| {
@@ -62,11 +67,29 @@ pub fn assert_loopback_only() {
                 .collect()
         })
         .unwrap_or_default();
+    let foreign: Vec<&String> = ifaces.iter().filter(|name| !is_contained_interface(name)).collect();
+    let has_default_route = std::fs::read_to_string("/proc/net/route")
+        .map(|routes| {
+            routes
+                .lines()
+                .skip(1)
+                .any(|l| l.split_whitespace().nth(1) == Some("00000000"))
+        })
+        .unwrap_or(true);
     assert!(
-        ifaces == ["lo"],
-        "e2e tests run only inside the cluster's loopback-only network namespace (found interfaces {ifaces:?}); \
+        ifaces.iter().any(|i| i == "lo") && foreign.is_empty() && !has_default_route,
+        "e2e tests run only inside the cluster's network namespace: lo, {NODE_BRIDGE} and its veths, no default route \
+         (found interfaces {ifaces:?}, default route: {has_default_route}); \
          use `just e2e` or `hack/cluster.sh exec cargo test -p e2e`"
     );
+}
+
+fn is_contained_interface(name: &str) -> bool {
+    if name == "lo" || name == NODE_BRIDGE {
+        return true;
+    }
+    let master = std::fs::read_link(format!("/sys/class/net/{name}/master")).ok();
+    name.starts_with("veth") && master.is_some_and(|m| m.file_name().is_some_and(|f| f == NODE_BRIDGE))
 }
 
 /// A client for the local cluster's admin user.
