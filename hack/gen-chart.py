@@ -20,11 +20,13 @@ name (the same content hash kustomize's configMapGenerator gives it) and the Flu
 The same inputs always give the same bytes. Python 3 standard library only.
 
 The render check (--check with Helm): the chart rendered with the values equivalent to
-deploy/overlays/full, no-flux and app-only (allowedNamespaces team-a,team-b, the
-overlay's controllers, flux on or off, admission policies off: the overlays do not carry
-deploy/crds) is normalised by `kubectl kustomize` and compared with the overlay: the same
-set of (kind, namespace, name), and every object identical (which covers the containers'
-images and args). Docs: docs/install/README.md#helm-chart, docs/adr/0005-*.md.
+deploy/overlays/full, no-flux, app-only and full + components/agent-push (allowedNamespaces
+team-a,team-b, the overlay's controllers, flux on or off, admission policies off: the
+overlays do not carry deploy/crds) is normalised by `kubectl kustomize` and compared with
+the overlay: the same set of (kind, namespace, name), and every object identical (which
+covers the containers' images and args). Then a smoke test of the scheduling, image, args
+and replicas values, the required allow-list, and --include-crds against deploy/crds.
+Docs: docs/install/README.md#helm-chart, docs/adr/0005-*.md.
 """
 from __future__ import annotations
 
@@ -631,7 +633,28 @@ EQUIVALENTS = {
     "no-flux": ["flux.enabled=false"],
     "app-only": ["flux.enabled=false", "agent.enabled=false", "backupEngine.enabled=false",
                  "restoreEngine.enabled=false", "upgradeEngine.enabled=false", "runbookEngine.enabled=false"],
+    # not an overlay: full plus the agent-push component
+    "full+agent-push": ["agentPush.enabled=true"],
 }
+# Values that change every pod's scheduling, for a smoke test of those templates.
+SCHEDULING = ["nodeSelector.kubernetes\\.io/hostname=real-node-0",
+              "tolerations[0].key=vworkspace.io/real-node", "tolerations[0].operator=Exists",
+              "tolerations[0].effect=NoSchedule",
+              "flux.tolerations[0].key=vworkspace.io/real-node", "flux.tolerations[0].operator=Exists",
+              "agent.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+              ".nodeSelectorTerms[0].matchExpressions[0].key=kubernetes.io/hostname",
+              "agent.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+              ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+              "extraArgs={--concurrency=8}", "agent.extraArgs={--log-format=text}",
+              "image.singleRepository=localhost/vworkspace-operator", "image.tag=dev",
+              "backupEngine.image.tag=other", "runbookEngine.replicas=2"]
+
+
+def overlay_kustomization(k: Kustomize, overlay: str) -> str:
+    if overlay == "full+agent-push":
+        return (f"resources:\n- {k.rel(DEPLOY / 'overlays' / 'full')}\n"
+                f"components:\n- {k.rel(DEPLOY / 'components' / 'agent-push')}\n")
+    return f"resources:\n- {k.rel(DEPLOY / 'overlays' / overlay)}\n"
 
 
 def helm_template(helm: str, chart: Path, sets: list[str]) -> subprocess.CompletedProcess:
@@ -650,8 +673,7 @@ def render_check(k: Kustomize, helm: str, chart: Path) -> list[str]:
             problems.append(f"{overlay}: helm template failed: {r.stderr.strip()}")
             continue
         got = {d.key: d for d in split_docs(k.normalise(r.stdout))}
-        want = {d.key: d for d in split_docs(k.build(
-            f"resources:\n- {k.rel(DEPLOY / 'overlays' / overlay)}\n"))}
+        want = {d.key: d for d in split_docs(k.build(overlay_kustomization(k, overlay)))}
         for key in sorted(set(want) - set(got)):
             problems.append(f"{overlay}: the chart lacks {key}")
         for key in sorted(set(got) - set(want)):
@@ -665,6 +687,27 @@ def render_check(k: Kustomize, helm: str, chart: Path) -> list[str]:
                 n += 1
         if len(problems) == before:
             log(f"{overlay}: the chart renders the overlay's {n} objects identically")
+    # Scheduling, images, args: every pod gets them, and the output is still valid YAML.
+    r = helm_template(helm, chart, SCHEDULING)
+    if r.returncode != 0:
+        problems.append(f"scheduling values: helm template failed: {r.stderr.strip()}")
+    else:
+        for d in split_docs(k.normalise(r.stdout)):
+            if d.kind != "Deployment":
+                continue
+            t = d.text()
+            ours = d.namespace == NAMESPACE
+            want = ["key: vworkspace.io/real-node"]
+            if ours:
+                want += ["kubernetes.io/hostname: real-node-0", "kubernetes.io/os: linux", "- --concurrency=8",
+                         "image: localhost/vworkspace-operator:" + ("other" if d.name == "backup-engine" else "dev")]
+            if d.name == "agent":
+                want += ["nodeAffinity:", "- --log-format=text"]
+            if d.name == "runbook-engine":
+                want += ["replicas: 2"]
+            for w in want:
+                if w not in t:
+                    problems.append(f"scheduling values: Deployment {d.namespace}/{d.name} lacks {w!r}")
     # The allow-list is required.
     r = subprocess.run([helm, "template", "x", str(chart)], capture_output=True, text=True)
     if r.returncode == 0 or "allowedNamespaces is required" not in r.stderr:
@@ -703,7 +746,7 @@ def main() -> None:
             if problems:
                 print("\n\n".join(problems), file=sys.stderr)
                 die(f"the chart does not render as the overlays do (helm: {helm})")
-            log(f"the chart renders as deploy/overlays/full, no-flux and app-only (helm: {helm})")
+            log(f"the chart renders as deploy/overlays/full, no-flux, app-only and full+agent-push (helm: {helm})")
         else:
             if CHART.exists():
                 for p in sorted(CHART.rglob("*"), reverse=True):
