@@ -19,7 +19,8 @@
 #   flux      source-controller.oci.tar, helm-controller.oci.tar: ghcr.io/fluxcd/<c>:<version of
 #             hack/versions.env>, the static binaries of hack/build-cluster-bins.sh in /usr/local/bin,
 #             ENTRYPOINT ["<c>"], USER 65534:65534, as upstream's images (minus their alpine base).
-#   velero    velero.oci.tar: velero/velero:$VELERO_VERSION, /velero, ENTRYPOINT ["/velero"];
+#   velero    velero.oci.tar: velero/velero:$VELERO_VERSION, /velero, ENTRYPOINT ["/velero"], and
+#             /velero-restore-helper, /velero-helper as upstream's image (no restic);
 #             velero-plugin-for-aws.oci.tar: velero/velero-plugin-for-aws:$VELERO_PLUGIN_AWS_VERSION,
 #             /plugins/velero-plugin-for-aws copied to /target by its entrypoint (busybox cp), as
 #             upstream's image does for the init container `velero install` adds. Both USER 65532.
@@ -157,7 +158,8 @@ if want velero; then
     --user 65532:65532 --entrypoint /velero \
     --label org.opencontainers.image.source=https://github.com/vmware-tanzu/velero \
     --label "org.opencontainers.image.version=$VELERO_VERSION" \
-    "$vdir/bin/velero:/velero:0755"
+    "$vdir/bin/velero:/velero:0755" "$vdir/bin/velero-restore-helper:/velero-restore-helper:0755" \
+    "$vdir/bin/velero-helper:/velero-helper:0755"
   busybox_bin
   oci velero-plugin-for-aws.oci.tar "docker.io/velero/velero-plugin-for-aws:$VELERO_PLUGIN_AWS_VERSION" -- \
     "${BASE[@]}" --user 65532:65532 --dir target \
@@ -222,5 +224,5 @@ if [[ -f $OUT/images.txt ]]; then
   done
 fi
 mv "$LIST" "$OUT/images.txt"
-log "$(awk '{print $1}' "$OUT/images.txt" | sort -u | wc -l) archives, $(wc -l < "$OUT/images.txt") names, $(du -sh --apparent-size "$OUT" | cut -f1) in $OUT, in $((SECONDS - t_start))s"
+log "$(awk '{print $1}' "$OUT/images.txt" | sort -u | wc -l) archives, $(wc -l < "$OUT/images.txt") names, $(cd "$OUT" && awk '{print $1}' images.txt | sort -u | xargs du -ch --apparent-size | tail -n1 | cut -f1) in $OUT, in $((SECONDS - t_start))s"
 echo "$OUT"

@@ -4,6 +4,8 @@
 # velero_cache_key in hack/lib.sh):
 #
 #   bin/velero                        server and CLI, from github.com/vmware-tanzu/velero/cmd/velero
+#   bin/velero-restore-helper,        the other two binaries of upstream's velero image (the restore
+#   bin/velero-helper                 init container; hack/build-images.sh puts them in the image)
 #   plugins/velero-plugin-for-aws     object-store plugin (the server's --plugin-dir)
 #   moto/                             venv with moto[server] (the S3 server), from moto-requirements.txt
 #   crds/velero.yaml                  Velero's CRDs (`velero install --crds-only --dry-run -o yaml`)
@@ -13,6 +15,7 @@ source "$(dirname "$0")/lib.sh"
 
 have_all() {
   [[ -x $VELERO_DIR/bin/velero && -x $VELERO_DIR/plugins/velero-plugin-for-aws \
+     && -x $VELERO_DIR/bin/velero-restore-helper && -x $VELERO_DIR/bin/velero-helper \
      && -f $VELERO_DIR/moto/.complete && -s $VELERO_DIR/crds/velero.yaml ]]
 }
 if have_all; then echo "$VELERO_DIR"; exit 0; fi
@@ -56,6 +59,20 @@ build_moto() {
   touch "$VELERO_DIR/moto/.complete"
 }
 
+# Added after the first caches were built, so a step of its own: an existing cache gets only these.
+build_helpers() {
+  local ldf="-s -w -X github.com/vmware-tanzu/velero/pkg/buildinfo.Version=$VELERO_VERSION"
+  ldf="$ldf -X github.com/vmware-tanzu/velero/pkg/buildinfo.GitTreeState=clean"
+  local out="$VELERO_DIR/helpers.tmp"
+  rm -rf "$out"; mkdir -p "$out"
+  (cd "$HACK_DIR/tools/velero" && go build -trimpath -ldflags "$ldf" -o "$out/" \
+     github.com/vmware-tanzu/velero/cmd/velero-restore-helper \
+     github.com/vmware-tanzu/velero/cmd/velero-helper) || return 1
+  mkdir -p "$VELERO_DIR/bin"
+  mv "$out/velero-restore-helper" "$out/velero-helper" "$VELERO_DIR/bin/"
+  rmdir "$out"
+}
+
 gen_crds() {
   mkdir -p "$VELERO_DIR/crds"
   "$VELERO_DIR/bin/velero" install --crds-only --dry-run -o yaml > "$VELERO_DIR/crds/velero.yaml.tmp" &&
@@ -63,6 +80,7 @@ gen_crds() {
 }
 
 [[ -x $VELERO_DIR/bin/velero && -x $VELERO_DIR/plugins/velero-plugin-for-aws ]] || timed velero build_velero
+[[ -x $VELERO_DIR/bin/velero-restore-helper && -x $VELERO_DIR/bin/velero-helper ]] || timed velero-helpers build_helpers
 [[ -f $VELERO_DIR/moto/.complete ]] || timed moto build_moto
 [[ -s $VELERO_DIR/crds/velero.yaml ]] || gen_crds || die "velero install --crds-only failed"
 
