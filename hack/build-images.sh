@@ -100,8 +100,9 @@ busybox_files() { # sets BUSYBOX_LINKS: /bin/busybox and a symlink per applet (b
 
 # --- operator ---------------------------------------------------------------------
 if want operator; then
+  # Cargo's profile "dev" writes to target/debug/; every other profile to target/<profile>/.
   case $PROFILE in
-    debug) prof_flag=() ;;
+    debug|dev) prof_flag=(); PROFILE=debug ;;
     release) prof_flag=(--release) ;;
     *) prof_flag=(--profile "$PROFILE") ;;
   esac
