@@ -10,7 +10,8 @@
 #   hack/gen-tool-modules.sh               regenerate every wrapper
 #   hack/gen-tool-modules.sh velero ...    only the named ones (kube, etcd, kwok,
 #                                          helm-controller, source-controller, velero,
-#                                          node-kube, node-containerd, node-runc, node-cni)
+#                                          node-kube, node-containerd, node-runc, node-cni,
+#                                          node-coredns, node-local-path)
 source "$(dirname "$0")/lib.sh"
 
 SELECTED=("$@")
@@ -167,7 +168,8 @@ if selected velero; then
     "$tmp/venv/bin/pip" freeze; } \
     > "$HACK_DIR/tools/velero/moto-requirements.txt"
 fi
-# --- The real node: containerd, runc, CNI plugins (hack/versions-node.env) -----
+# --- The real node: containerd, runc, CNI plugins, CoreDNS, local-path-provisioner
+# (hack/versions-node.env) ------------------------------------------------------
 # Cached apart from the control plane (node_cache_key in lib.sh). None of these
 # upstream go.mod files has a replace today; any non-local one is copied anyway.
 node_wrapper() { # tools-subdir module@version pkg...
@@ -191,5 +193,18 @@ if selected node-cni; then
   c=github.com/containernetworking/plugins/plugins
   node_wrapper node-cni "github.com/containernetworking/plugins@$CNI_PLUGINS_VERSION" \
     "$c/main/bridge" "$c/ipam/host-local" "$c/main/loopback" "$c/meta/portmap"
+fi
+# CoreDNS: the module's root package is the command; its committed zplugin.go
+# (upstream's default plugin.cfg) decides the plugins.
+if selected node-coredns; then
+  log "node-coredns $COREDNS_VERSION"
+  node_wrapper node-coredns "github.com/coredns/coredns@$COREDNS_VERSION" github.com/coredns/coredns
+fi
+# local-path-provisioner: also a root package. Its vendor/ directory is not used
+# (a dependency's vendor/ never is); go.sum pins the same versions.
+if selected node-local-path; then
+  log "node-local-path $LOCAL_PATH_PROVISIONER_VERSION"
+  node_wrapper node-local-path "github.com/rancher/local-path-provisioner@$LOCAL_PATH_PROVISIONER_VERSION" \
+    github.com/rancher/local-path-provisioner
 fi
 log "wrappers regenerated under hack/tools/"
