@@ -4,10 +4,14 @@
 # hack/versions-node.env and the hack/tools/node-* wrappers; see lib.sh):
 #
 #   bin/      kubelet, kube-proxy (KUBE_VERSION), containerd, containerd-shim-runc-v2,
-#             ctr (CONTAINERD_VERSION), runc (RUNC_VERSION, cgo + libseccomp, static)
+#             ctr (CONTAINERD_VERSION), runc (RUNC_VERSION, cgo + libseccomp, static),
+#             coredns (COREDNS_VERSION), local-path-provisioner (LOCAL_PATH_PROVISIONER_VERSION)
 #   cni/bin/  bridge, host-local, loopback, portmap (CNI_PLUGINS_VERSION)
-#   images/   pause.oci.tar: PAUSE_IMAGE, from Kubernetes' own pause.c (static),
-#             written as an OCI archive by hack/oci-image.py (no registry, no daemon)
+#   images/   OCI archives written by hack/oci-image.py (no registry, no daemon):
+#             pause.oci.tar: PAUSE_IMAGE, from Kubernetes' own pause.c (static);
+#             coredns.oci.tar: registry.k8s.io/coredns/coredns:$COREDNS_VERSION;
+#             local-path-provisioner.oci.tar: docker.io/rancher/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION
+#             (their in-cluster manifests: hack/node/coredns.yaml, hack/node/local-path.yaml)
 #
 # Not used by `hack/cluster.sh up`, `hack/e2e.sh`, the demo or CI (yet): only by
 # hack/node-spike.sh. A warm cache returns at once; prints the directory.
@@ -16,14 +20,22 @@
 # installs the two Debian packages itself if they are missing.
 source "$(dirname "$0")/lib.sh"
 
-BINS=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc)
+BINS=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc coredns local-path-provisioner)
 CNI=(bridge host-local loopback portmap)
+IMAGES=(pause coredns local-path-provisioner)   # images/<name>.oci.tar
 have_cni() { local b; for b in "${CNI[@]}"; do [[ -x $NODE_DIR/cni/bin/$b ]] || return 1; done; }
 have_all() {
   local b
   for b in "${BINS[@]}"; do [[ -x $NODE_DIR/bin/$b ]] || return 1; done
-  have_cni && [[ -s $NODE_DIR/images/pause.oci.tar ]]
+  for b in "${IMAGES[@]}"; do [[ -s $NODE_DIR/images/$b.oci.tar ]] || return 1; done
+  have_cni
 }
+# The manifests in hack/node/ name these images by tag: they must follow the pins.
+for pair in "coredns.yaml:registry.k8s.io/coredns/coredns:$COREDNS_VERSION" \
+            "local-path.yaml:docker.io/rancher/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION"; do
+  grep -qF "image: ${pair#*:}" "$HACK_DIR/node/${pair%%:*}" ||
+    die "hack/node/${pair%%:*} does not name ${pair#*:} (hack/versions-node.env); update its image"
+done
 if have_all; then echo "$NODE_DIR"; exit 0; fi
 [[ ${1:-} == --no-build ]] && exit 1
 
@@ -105,6 +117,49 @@ if ! [[ -s $NODE_DIR/images/pause.oci.tar ]]; then
       --entrypoint /pause --user 65535:65535 "$NODE_DIR/images/pause:/pause" >&2
   }
   timed pause-image build_pause
+fi
+
+# --- CoreDNS ------------------------------------------------------------------
+# As upstream's Makefile: CGO_ENABLED=0, -tags grpcnotrace, -s -w and
+# coremain.GitCommit (the version itself is a constant in coremain/version.go).
+# Plugins: upstream's default plugin.cfg (its generated zplugin.go is in the module).
+if ! [[ -x $NODE_DIR/bin/coredns ]]; then
+  timed coredns build_in node-coredns -tags grpcnotrace \
+    -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION-module-proxy" \
+    -o "$NODE_DIR/bin/coredns" github.com/coredns/coredns
+fi
+
+# --- local-path-provisioner -----------------------------------------------------
+# As upstream's scripts/build: CGO_ENABLED=0, -s -w, -X main.VERSION=<tag>.
+if ! [[ -x $NODE_DIR/bin/local-path-provisioner ]]; then
+  timed local-path-provisioner build_in node-local-path \
+    -ldflags "-s -w -X main.VERSION=$LOCAL_PATH_PROVISIONER_VERSION" \
+    -o "$NODE_DIR/bin/local-path-provisioner" github.com/rancher/local-path-provisioner
+fi
+
+# --- their images ----------------------------------------------------------------
+# Upstream's CoreDNS image is distroless static (CA certificates, nonroot 65532)
+# with the binary at /coredns; upstream's provisioner image is alpine with the
+# binary at /usr/bin/local-path-provisioner. Ours hold the binary and the CA
+# bundle of this machine (Debian's ca-certificates) only; the provisioner runs
+# as 65532 too (it only talks to the API server; its helper pods do the disk work).
+# Names are fully qualified (docker.io/...): `ctr images import` keeps the name as
+# written, and the CRI looks images up by their normalized name.
+CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+build_addon_images() {
+  [[ -s $CA_BUNDLE ]] || die "$CA_BUNDLE is missing (Debian: apt-get install -y ca-certificates)"
+  python3 "$HACK_DIR/oci-image.py" --out "$NODE_DIR/images/coredns.oci.tar" \
+    --name "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" \
+    --entrypoint /coredns --user 65532:65532 --workdir / \
+    "$NODE_DIR/bin/coredns:/coredns" "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:0644" >&2
+  python3 "$HACK_DIR/oci-image.py" --out "$NODE_DIR/images/local-path-provisioner.oci.tar" \
+    --name "docker.io/rancher/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION" \
+    --entrypoint /usr/bin/local-path-provisioner --user 65532:65532 \
+    "$NODE_DIR/bin/local-path-provisioner:/usr/bin/local-path-provisioner" \
+    "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:0644" >&2
+}
+if ! [[ -s $NODE_DIR/images/coredns.oci.tar && -s $NODE_DIR/images/local-path-provisioner.oci.tar ]]; then
+  timed addon-images build_addon_images
 fi
 
 have_all || die "some node binaries are missing from $NODE_DIR"
