@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Package the e2e Helm charts into a static, byte-for-byte reproducible Helm repository.
 
-Usage: python3 hack/package-charts.py SRC_DIR OUT_DIR
+Usage: python3 hack/package-charts.py SRC_DIR OUT_DIR [--chart CHART_DIR]...
        (normally: python3 hack/package-charts.py e2e/charts target/e2e-charts)
+
+--chart adds a plain chart directory (Chart.yaml at its top, no layers), e.g.
+deploy/chart/vworkspace-operator, to the same repository, packaged the same way.
 
 Source layout (see e2e/charts/README.md):
 
@@ -135,13 +138,18 @@ def parse_chart_yaml(path: Path) -> dict[str, str]:
 
 
 class ChartVersion:
-    def __init__(self, src: Path, chart_dir: Path, version_dir: Path):
-        self.files = merge_layers(
-            [src / SHARED_LAYER, chart_dir / BASE_LAYER, version_dir]
-        )
-        for layer in (src / SHARED_LAYER, chart_dir / BASE_LAYER):
-            if (layer / CHART_FILE).exists():
-                raise PackageError(f"{layer / CHART_FILE}: Chart.yaml belongs in the version directories only")
+    def __init__(self, src: Path | None, chart_dir: Path, version_dir: Path):
+        """A layered chart version (SRC_DIR/_shared, <chart>/_base, <chart>/<version>), or with
+        `src` None a plain chart: `chart_dir` == `version_dir`, one layer, any version."""
+        if src is None:
+            self.files = merge_layers([version_dir])
+        else:
+            self.files = merge_layers(
+                [src / SHARED_LAYER, chart_dir / BASE_LAYER, version_dir]
+            )
+            for layer in (src / SHARED_LAYER, chart_dir / BASE_LAYER):
+                if (layer / CHART_FILE).exists():
+                    raise PackageError(f"{layer / CHART_FILE}: Chart.yaml belongs in the version directories only")
         meta = parse_chart_yaml(version_dir / CHART_FILE)
         self.meta = meta
         for key in ("apiVersion", "name", "version"):
@@ -153,7 +161,7 @@ class ChartVersion:
             raise PackageError(
                 f"{version_dir / CHART_FILE}: name {meta['name']!r} != directory {chart_dir.name!r}"
             )
-        if meta["version"] != version_dir.name:
+        if src is not None and meta["version"] != version_dir.name:
             raise PackageError(
                 f"{version_dir / CHART_FILE}: version {meta['version']!r} != directory {version_dir.name!r}"
             )
@@ -309,12 +317,23 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("src", type=Path, help="chart sources, e.g. e2e/charts")
     parser.add_argument("out", type=Path, help="output directory (created if missing)")
+    parser.add_argument(
+        "--chart", type=Path, action="append", default=[], metavar="CHART_DIR",
+        help="also a plain chart directory (Chart.yaml at its top), e.g. deploy/chart/vworkspace-operator",
+    )
     args = parser.parse_args(argv)
 
     if not args.src.is_dir():
         parser.error(f"{args.src}: not a directory")
     try:
         charts = discover(args.src)
+        for chart_dir in args.chart:
+            if not (chart_dir / CHART_FILE).is_file():
+                raise PackageError(f"{chart_dir}: missing {CHART_FILE}")
+            plain = ChartVersion(None, chart_dir, chart_dir)
+            if any(c.filename == plain.filename for c in charts):
+                raise PackageError(f"{chart_dir}: {plain.filename} is already in {args.src}")
+            charts.append(plain)
     except PackageError as err:
         print(f"package-charts: error: {err}", file=sys.stderr)
         return 1
