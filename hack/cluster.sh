@@ -9,6 +9,7 @@
 #   hack/cluster.sh env      print the environment for tools (KUBECONFIG, ...)
 #   hack/cluster.sh restart-flux  restart only source-controller and helm-controller
 #                            (e.g. to pick up new flags on a running cluster)
+#   hack/cluster.sh stop-flux     stop only source-controller and helm-controller
 #   hack/cluster.sh load-images ARCHIVE...  OCI archives into the real node's containerd
 #
 # `up` starts one real node (real-node-0: containerd, kubelet, kube-proxy, CoreDNS and a
@@ -174,7 +175,9 @@ prepare_assets() {
     echo '---'; cat "$kw/kustomize/stage/$f.yaml"
   done > "$assets/kwok-stages.yaml"
   rm -rf "$CLUSTER_DIR/charts"
-  python3 "$HACK_DIR/package-charts.py" "$REPO_ROOT/e2e/charts" "$CLUSTER_DIR/charts" >/dev/null
+  # Our own chart too: the e2e installs it through Flux (a HelmRelease of the operator).
+  python3 "$HACK_DIR/package-charts.py" "$REPO_ROOT/e2e/charts" "$CLUSTER_DIR/charts" \
+    --chart "$REPO_ROOT/deploy/chart/vworkspace-operator" >/dev/null
 }
 
 kubectl_() { in_netns "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
@@ -265,7 +268,8 @@ EOF
   kubectl_ wait --for=condition=Ready --timeout=60s node/kwok-node-0 >/dev/null
   log "kwok node Ready"
 
-  start chart-server python3 -m http.server "$CHART_PORT" --bind 127.0.0.1 --directory "$d/charts"
+  # On every address of the netns: pods on the real node fetch charts from $NODE_IP.
+  start chart-server python3 -m http.server "$CHART_PORT" --bind 0.0.0.0 --directory "$d/charts"
   wait_for chart-server 30 curl -fsS "http://127.0.0.1:$CHART_PORT/index.yaml"
 
   start_flux
@@ -427,6 +431,7 @@ cmd_up() {
     echo "export VWS_BIN_DIR=$BIN_DIR"
     echo "export VWS_CLUSTER_DIR=$CLUSTER_DIR"
     echo "export VWS_CHART_REPO=http://127.0.0.1:$CHART_PORT"
+    echo "export VWS_CHART_REPO_FOR_PODS=http://$NODE_IP:$CHART_PORT"
     echo "export VWS_VELERO_DIR=$VELERO_DIR"
     echo "export VWS_VELERO_NAMESPACE=$VELERO_NS"
     echo "export VWS_S3_URL=$S3_URL"
@@ -496,6 +501,9 @@ case "${1:-}" in
     # `ip netns exec` (own mount namespace, /sys of the netns): tests read /sys/class/net.
     ip netns exec "$NETNS" "$@" ;;
   restart-flux) cmd_restart_flux ;;
+  # Only source-controller and helm-controller, e.g. while a test runs the bundled Flux in
+  # the cluster (two helm-controllers would fight); restart-flux starts them again.
+  stop-flux) stop_component helm-controller; stop_component source-controller ;;
   env) cat "$CLUSTER_DIR/env" ;;
   # OCI archives (hack/build-images.sh) into the real node's containerd.
   load-images)
@@ -504,5 +512,5 @@ case "${1:-}" in
     import_images "$@"; log "imported $# image archive(s) into $NODE_NAME" ;;
   # The peer alone (up starts it too), e.g. beside a cluster started before it existed.
   peer-up) peer up ;;
-  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|load-images ARCHIVE..." >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|stop-flux|load-images ARCHIVE..." >&2; exit 2 ;;
 esac

@@ -19,6 +19,12 @@ trap cleanup EXIT
 # Build outside the netns (crates.io is not reachable inside it), run inside it.
 cargo build --workspace --bins --quiet
 cargo test -p e2e --no-run --quiet
+# Our images (and Flux's, Velero's, the test charts') into the real node, from the binaries
+# just built: tests that run the bundle in the cluster use them (never pulled).
+if [[ -n $("$HACK_DIR/cluster.sh" env | grep VWS_REAL_NODE= || true) ]]; then
+  images=$("$HACK_DIR/build-images.sh")
+  "$HACK_DIR/cluster.sh" load-images "$images"/*.oci.tar
+fi
 t0=$SECONDS
 "$HACK_DIR/cluster.sh" exec cargo test -p e2e --offline -- --test-threads="${VWS_E2E_THREADS:-4}" "$@"
 log "e2e finished in $((SECONDS - t0))s"

@@ -245,21 +245,24 @@ node_up() {
 
 # Cluster add-ons on the real node: CoreDNS (Service kube-dns, 10.96.0.10) and the
 # local-path provisioner with the default StorageClass. Manifests in hack/node/, images
-# from the node cache.
+# from the node cache; the provisioner's helper pods use the busybox image that
+# hack/build-images.sh writes (group `test`: busybox and the test charts' images, a few
+# MB, so those are on the node too).
 node_addons() {
-  local f applied=()
+  local images busybox f
+  images=$(VWS_IMAGES=test "$HACK_DIR/build-images.sh" "$ND/images")
+  import_images "$images"/*.oci.tar
+  busybox=$(awk '$1 == "busybox.oci.tar" {print $2; exit}' "$images/images.txt")
+  [[ -n $busybox ]] || die "no busybox image in $images/images.txt"
   for f in "$HACK_DIR"/node/*.yaml; do
-    [[ -f $f ]] || continue
-    sed -e "s|@NODE_STORAGE_DIR@|$ND/storage|g" -e "s|@BUSYBOX_IMAGE@|${BUSYBOX_IMAGE:-}|g" "$f" |
+    sed -e "s|@NODE_STORAGE_DIR@|$ND/storage|g" -e "s|@BUSYBOX_IMAGE@|$busybox|g" "$f" |
       kubectl_ apply --server-side --field-manager=vws-cluster-up -f - >/dev/null || die "applying $f failed"
-    applied+=("$f")
   done
-  ((${#applied[@]})) || return 0
   local t0=$SECONDS
-  kubectl_ wait --for=condition=Available --timeout=120s -n kube-system deployment -l k8s-app=kube-dns >/dev/null 2>&1 ||
-    die "CoreDNS not Available after 120s (kubectl -n kube-system describe pods)"
-  kubectl_ wait --for=condition=Available --timeout=120s -n local-path-storage deployment --all >/dev/null 2>&1 ||
-    die "local-path-provisioner not Available after 120s"
+  kubectl_ rollout status --timeout=120s -n kube-system deployment/coredns >/dev/null ||
+    die "CoreDNS not Available after 120s (kubectl -n kube-system describe pods -l k8s-app=kube-dns)"
+  kubectl_ rollout status --timeout=120s -n local-path-storage deployment/local-path-provisioner >/dev/null ||
+    die "local-path-provisioner not Available after 120s (kubectl -n local-path-storage logs deploy/local-path-provisioner)"
   log "CoreDNS and local-path-provisioner Available in $((SECONDS - t0))s"
 }
 

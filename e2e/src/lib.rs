@@ -27,10 +27,12 @@ use serde::{Serialize, de::DeserializeOwned};
 pub mod agent;
 pub mod apps;
 pub mod bench;
+pub mod bundle;
 pub mod deploy;
 pub mod flux;
 pub mod ops;
 pub mod process;
+pub mod real_node;
 
 /// Field manager for objects the tests write.
 pub const FIELD_MANAGER: &str = "vws-e2e";
