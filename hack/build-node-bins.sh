@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the real node's components (issue 15, in progress) from their Go
+# Builds the real node's components from their Go
 # modules into $NODE_DIR (outside the repo, keyed by KUBE_VERSION,
 # hack/versions-node.env and the hack/tools/node-* wrappers; see lib.sh):
 #
@@ -13,8 +13,8 @@
 #             local-path-provisioner.oci.tar: docker.io/rancher/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION
 #             (their in-cluster manifests: hack/node/coredns.yaml, hack/node/local-path.yaml)
 #
-# Not used by `hack/cluster.sh up`, `hack/e2e.sh`, the demo or CI (yet): only by
-# hack/node-spike.sh. A warm cache returns at once; prints the directory.
+# Called by `hack/cluster.sh up` (hack/node.sh) unless VWS_REAL_NODE=0. A warm cache
+# returns at once; prints the directory.
 #   hack/build-node-bins.sh [--no-build]
 # Needs gcc, pkg-config and libseccomp-dev (runc with seccomp); as root it
 # installs the two Debian packages itself if they are missing.
