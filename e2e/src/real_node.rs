@@ -95,3 +95,18 @@ pub async fn pod_log(ctx: &TestContext, name: &str) -> anyhow::Result<String> {
     let pods: Api<Pod> = ctx.api();
     Ok(pods.logs(name, &LogParams::default()).await?)
 }
+
+/// One HTTP GET from the test's network namespace (a pod IP, or a ClusterIP through
+/// kube-proxy's rules there): `Ok(body)` on a 2xx answer, `Err(what happened)` otherwise,
+/// the shape [`eventually`] polls.
+pub async fn http_get(url: &str) -> anyhow::Result<Result<String, String>> {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(3))
+        .build()?;
+    Ok(match client.get(url).send().await {
+        Ok(answer) if answer.status().is_success() => Ok(answer.text().await?),
+        Ok(answer) => Err(format!("HTTP {}", answer.status())),
+        Err(e) => Err(format!("{e:#}")),
+    })
+}

@@ -9,7 +9,7 @@ use e2e::{
     TestContext, eventually,
     flux::{self, helm_release, local_helm_repository, wait_helm_release_ready},
     real_node::{
-        KWOK_NODE, REAL_NODE, image, placement, pod_log, require_real_node, restricted_container_security,
+        KWOK_NODE, REAL_NODE, http_get, image, placement, pod_log, require_real_node, restricted_container_security,
         wait_pod_phase,
     },
 };
@@ -127,21 +127,7 @@ async fn services_and_cluster_dns_work_on_the_real_node() -> anyhow::Result<()> 
 
     // From the test's own netns, through kube-proxy's rules there.
     let url = format!("http://{cluster_ip}/");
-    let body = eventually(&ctx, "the Service's ClusterIP answers", POD_TIMEOUT, || {
-        let url = url.clone();
-        async move {
-            let out = tokio::process::Command::new("curl")
-                .args(["-sS", "-m", "2", &url])
-                .output()
-                .await?;
-            Ok(if out.status.success() {
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            })
-        }
-    })
-    .await?;
+    let body = eventually(&ctx, "the Service's ClusterIP answers", POD_TIMEOUT, || http_get(&url)).await?;
     assert_eq!(body.trim(), "hello through a Service");
 
     // From a pod: the name resolves through CoreDNS, and the ClusterIP answers.
@@ -283,10 +269,8 @@ async fn a_chart_installed_by_flux_serves_from_the_real_node() -> anyhow::Result
         .iter()
         .find_map(|s| s.spec.as_ref().and_then(|s| s.cluster_ip.clone()))
         .unwrap_or_default();
-    let out = tokio::process::Command::new("curl")
-        .args(["-sS", "-m", "5", &format!("http://{ip}/")])
-        .output()
-        .await?;
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hello from a real pod");
+    let url = format!("http://{ip}/");
+    let body = eventually(&ctx, "the release's Service answers", POD_TIMEOUT, || http_get(&url)).await?;
+    assert_eq!(body.trim(), "hello from a real pod");
     Ok(())
 }
