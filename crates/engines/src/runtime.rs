@@ -408,14 +408,12 @@ async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, Driv
         .list(&ListParams::default().fields(&format!("spec.applicationRef.name={app_name}")))
         .await?
         .items;
-    let view = Siblings::of(&op, &siblings);
-    let gate = lifecycle::gate(&op, now, &view);
-    if gate == Gate::Terminal {
-        return Ok(Action::await_change());
-    }
-    if let Gate::Duplicate { .. } = gate {
-        let outcome = gate.outcome(&op, &view).expect("a duplicate has an outcome");
-        return finish(&ops, &op, outcome, ctx, now, None).await;
+    let gate = lifecycle::gate(&op, now, &Siblings::of(&op, &siblings));
+    match gate {
+        Gate::Terminal => return Ok(Action::await_change()),
+        // A duplicate ends before the engine's own checks (`docs/api/operation.md`).
+        Gate::Duplicate(outcome) => return finish(&ops, &op, outcome, ctx, now, None).await,
+        Gate::Expired(_) | Gate::WaitUntil(_) | Gate::Queued(_) | Gate::Proceed => {}
     }
 
     let apps: Api<ApplicationInstance> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -436,17 +434,14 @@ async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, Driv
         if let Some(refusal) = refuse(&cx, ctx).await? {
             return finish(&ops, &cx.op, refusal, ctx, now, None).await;
         }
-        match &gate {
-            Gate::Expired | Gate::WaitUntil(_) | Gate::Queued { .. } => {
-                let outcome = gate.outcome(&cx.op, &view).expect("a waiting gate has an outcome");
-                let wake = lifecycle::wake_at(&cx.op, now).map(|at| until(now, at));
-                let requeue = match gate {
-                    Gate::Queued { .. } => Some(wake.map_or(QUEUE_POLL, |w| w.min(QUEUE_POLL))),
-                    _ => wake,
-                };
-                return finish(&ops, &cx.op, outcome, ctx, now, requeue).await;
-            }
-            _ => {}
+        let wake = lifecycle::wake_at(&cx.op, now).map(|at| until(now, at));
+        let held = match gate {
+            Gate::Expired(outcome) | Gate::WaitUntil(outcome) => Some((outcome, wake)),
+            Gate::Queued(outcome) => Some((outcome, Some(wake.map_or(QUEUE_POLL, |w| w.min(QUEUE_POLL))))),
+            Gate::Terminal | Gate::Duplicate(_) | Gate::Proceed => None,
+        };
+        if let Some((outcome, requeue)) = held {
+            return finish(&ops, &cx.op, outcome, ctx, now, requeue).await;
         }
         cx.op = claim(&ops, &cx.op, ctx, now).await?;
     }
@@ -587,11 +582,10 @@ async fn write_status<D: Driver>(
 }
 
 async fn publish<D: Driver>(ctx: &Context<D>, op: &Operation, type_: EventType, reason: &str, note: String) {
-    let note = crate::upgrade::truncate(&note, 1000);
     let event = Event {
         type_,
         reason: reason.into(),
-        note: Some(note),
+        note: Some(controller_kit::text::prefix_within(&note, 1000).to_owned()),
         action: op.spec.type_.as_str().into(),
         secondary: None,
     };

@@ -25,9 +25,9 @@
 //! ```text
 //! gate = lifecycle::gate(&op, now, &Siblings::of(&op, &operations_of_the_app))
 //! Terminal                      -> nothing to do
-//! Duplicate                     -> write next_status(.., gate.outcome(..))
+//! Duplicate(outcome)            -> write next_status(.., outcome)
 //! otherwise                     -> namespace / application / payload checks (Error::outcome on failure)
-//! Expired | WaitUntil | Queued  -> write next_status(.., gate.outcome(..)); requeue at lifecycle::wake_at
+//! Expired | WaitUntil | Queued  -> write next_status(.., outcome); requeue at lifecycle::wake_at
 //! Proceed                       -> create the children (velero / snapshot / job builders), read them back,
 //!                                  write next_status(.., progress.into_outcome(children))
 //! every write                   -> only if status::needs_write(old, new)

@@ -49,64 +49,79 @@ use jiff::Timestamp;
 use crate::meta;
 use crate::status::Outcome;
 
-/// What the engine may do with an Operation now.
+/// What the engine does with an Operation now. A gate that stops the Operation carries the
+/// outcome to write, so the engine writes it as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gate {
     /// Already Succeeded, Failed or Expired: nothing to do, nothing to write.
     Terminal,
-    /// An earlier Operation of the same application carries the same `requestId`: end
-    /// without acting, pointing at it.
-    Duplicate {
-        /// Name of the Operation that carries the request.
-        first: String,
-    },
-    /// Not started by `spec.deadline`: end Expired without acting.
-    Expired,
-    /// Stay Pending until this time (`spec.notBefore`), then look again.
-    WaitUntil(Timestamp),
-    /// Stay Pending: a conflicting Operation runs or is ahead in the queue.
-    Queued {
-        /// Name of the Operation waited for (a started one if any, else the first queued one).
-        behind: String,
-    },
+    /// An earlier Operation of the same application carries the same `requestId`: end at
+    /// once (before the engine's own checks) with this outcome, pointing at it.
+    Duplicate(Outcome),
+    /// Not started by `spec.deadline`: once the engine's own checks pass, end with this
+    /// outcome without acting.
+    Expired(Outcome),
+    /// `spec.notBefore` not reached: once the engine's own checks pass, stay Pending with
+    /// this outcome and look again at [`wake_at`].
+    WaitUntil(Outcome),
+    /// A conflicting Operation runs or is ahead in the queue: once the engine's own checks
+    /// pass, stay Pending with this outcome. Siblings of other types are not watched, so the
+    /// engine looks again by polling.
+    Queued(Outcome),
     /// Act (create or drive children).
     Proceed,
 }
 
-impl Gate {
-    /// The status outcome for a gate that stops the Operation, or `None` for
-    /// [`Gate::Terminal`] (nothing to write) and [`Gate::Proceed`] (the engine acts and
-    /// reports what it observes).
-    pub fn outcome(&self, op: &Operation, siblings: &Siblings) -> Option<Outcome> {
+/// The decision behind a [`Gate`], before its outcome is worded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decision {
+    Terminal,
+    Duplicate {
+        /// Name of the Operation that carries the request.
+        first: String,
+    },
+    Expired,
+    WaitUntil(Timestamp),
+    Queued {
+        /// Name of the Operation waited for (a started one if any, else the first queued one).
+        behind: String,
+    },
+    Proceed,
+}
+
+impl Decision {
+    /// The gate, with the status outcome of a decision that stops the Operation.
+    fn into_gate(self, op: &Operation, siblings: &Siblings) -> Gate {
         let namespace = op.metadata.namespace.as_deref().unwrap_or_default();
         match self {
-            Gate::Terminal | Gate::Proceed => None,
-            Gate::Duplicate { first } => Some(Outcome::Duplicate {
-                first: first.clone(),
+            Decision::Terminal => Gate::Terminal,
+            Decision::Proceed => Gate::Proceed,
+            Decision::Duplicate { first } => Gate::Duplicate(Outcome::Duplicate {
                 message: format!(
                     "requestId {} was already handled by Operation {first}",
                     op.spec.request_id
                 ),
+                first,
             }),
-            Gate::Expired => {
+            Decision::Expired => {
                 let deadline = op.spec.deadline.as_ref().map(|d| d.0.to_string()).unwrap_or_default();
-                Some(Outcome::Expired {
+                Gate::Expired(Outcome::Expired {
                     message: format!("Not started before the deadline {deadline} (spec.deadline)"),
                 })
             }
-            Gate::WaitUntil(at) => Some(Outcome::Pending {
+            Decision::WaitUntil(at) => Gate::WaitUntil(Outcome::Pending {
                 reason: operation_reasons::WAITING_FOR_NOT_BEFORE.to_owned(),
                 message: format!("Waiting until {at} (spec.notBefore)"),
             }),
-            Gate::Queued { behind } => {
+            Decision::Queued { behind } => {
                 let detail = siblings
-                    .get(behind)
+                    .get(&behind)
                     .map(|s| {
                         let phase = if s.is_started() { "Running" } else { "Pending" };
                         format!(" ({}, {phase})", s.type_.as_str())
                     })
                     .unwrap_or_default();
-                Some(Outcome::Pending {
+                Gate::Queued(Outcome::Pending {
                     reason: operation_reasons::QUEUED.to_owned(),
                     message: format!("Queued behind Operation {namespace}/{behind}{detail}"),
                 })
@@ -219,33 +234,37 @@ impl Siblings {
 
 /// Decides what the engine may do with `op` now (see the module documentation).
 pub fn gate(op: &Operation, now: Timestamp, siblings: &Siblings) -> Gate {
+    decide(op, now, siblings).into_gate(op, siblings)
+}
+
+fn decide(op: &Operation, now: Timestamp, siblings: &Siblings) -> Decision {
     let me = Sibling::from_operation(op);
     if me.is_terminal() {
-        return Gate::Terminal;
+        return Decision::Terminal;
     }
     if me.is_started() {
-        return Gate::Proceed;
+        return Decision::Proceed;
     }
     let family = Family::new(&me, siblings);
 
     if let Some(first) = family.request_holder(&me.request_id)
         && first.name != me.name
     {
-        return Gate::Duplicate {
+        return Decision::Duplicate {
             first: first.name.clone(),
         };
     }
     if me.deadline.is_some_and(|deadline| now >= deadline) {
-        return Gate::Expired;
+        return Decision::Expired;
     }
     if let Some(not_before) = me.not_before.filter(|not_before| now < *not_before) {
-        return Gate::WaitUntil(not_before);
+        return Decision::WaitUntil(not_before);
     }
     match family.first_blocker(&me, now) {
-        Some(blocker) => Gate::Queued {
+        Some(blocker) => Decision::Queued {
             behind: blocker.name.clone(),
         },
-        None => Gate::Proceed,
+        None => Decision::Proceed,
     }
 }
 
@@ -427,12 +446,12 @@ mod tests {
         op
     }
 
-    fn decide(me: &Sibling, others: &[Sibling], now: i64) -> Gate {
-        gate(&op_of(me), at(now), &Siblings::new(others.to_vec()))
+    fn decide(me: &Sibling, others: &[Sibling], now: i64) -> Decision {
+        super::decide(&op_of(me), at(now), &Siblings::new(others.to_vec()))
     }
 
-    fn queued(behind: &str) -> Gate {
-        Gate::Queued { behind: behind.into() }
+    fn queued(behind: &str) -> Decision {
+        Decision::Queued { behind: behind.into() }
     }
 
     #[test]
@@ -457,48 +476,48 @@ mod tests {
     fn own_state_table() {
         let base = sib("me", Backup, None, 0);
         let cases = [
-            ("no status: proceed", base.clone(), 0, Gate::Proceed),
+            ("no status: proceed", base.clone(), 0, Decision::Proceed),
             (
                 "succeeded: terminal",
                 with(base.clone(), |s| s.phase = Some(Succeeded)),
                 0,
-                Gate::Terminal,
+                Decision::Terminal,
             ),
             (
                 "failed: terminal",
                 with(base.clone(), |s| s.phase = Some(Failed)),
                 0,
-                Gate::Terminal,
+                Decision::Terminal,
             ),
             (
                 "expired: terminal",
                 with(base.clone(), |s| s.phase = Some(OperationPhase::Expired)),
                 0,
-                Gate::Terminal,
+                Decision::Terminal,
             ),
             (
                 "notBefore ahead: wait",
                 with(base.clone(), |s| s.not_before = Some(at(30))),
                 0,
-                Gate::WaitUntil(at(30)),
+                Decision::WaitUntil(at(30)),
             ),
             (
                 "notBefore reached exactly: proceed",
                 with(base.clone(), |s| s.not_before = Some(at(30))),
                 30,
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "deadline ahead: proceed",
                 with(base.clone(), |s| s.deadline = Some(at(30))),
                 29,
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "deadline reached exactly: expired",
                 with(base.clone(), |s| s.deadline = Some(at(30))),
                 30,
-                Gate::Expired,
+                Decision::Expired,
             ),
             (
                 "waiting for notBefore past the deadline: expired",
@@ -507,7 +526,7 @@ mod tests {
                     s.deadline = Some(at(20));
                 }),
                 25,
-                Gate::Expired,
+                Decision::Expired,
             ),
             (
                 "running past the deadline: never expired",
@@ -517,7 +536,7 @@ mod tests {
                     s.deadline = Some(at(10));
                 }),
                 60,
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "startTime set but phase lost: still started",
@@ -527,7 +546,7 @@ mod tests {
                     s.deadline = Some(at(10));
                 }),
                 60,
-                Gate::Proceed,
+                Decision::Proceed,
             ),
         ];
         for (name, me, now, expected) in cases {
@@ -541,7 +560,7 @@ mod tests {
         let same = |name: &str, created: i64, phase: Option<OperationPhase>| {
             with(sib(name, Backup, phase, created), |s| s.request_id = "r".into())
         };
-        let dup = |first: &str| Gate::Duplicate { first: first.into() };
+        let dup = |first: &str| Decision::Duplicate { first: first.into() };
         let cases = [
             ("earlier, pending", vec![same("first", 0, None)], dup("first")),
             (
@@ -564,12 +583,16 @@ mod tests {
                 vec![same("a-first", 5, None)],
                 dup("a-first"),
             ),
-            ("same time, larger name", vec![same("z-later", 5, None)], Gate::Proceed),
-            ("later", vec![same("later", 9, None)], Gate::Proceed),
+            (
+                "same time, larger name",
+                vec![same("z-later", 5, None)],
+                Decision::Proceed,
+            ),
+            ("later", vec![same("later", 9, None)], Decision::Proceed),
             (
                 "other requestId, earlier",
                 vec![sib("other", Backup, None, 0)],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "earliest of several",
@@ -581,7 +604,7 @@ mod tests {
                 vec![with(same("replay", 0, Some(Succeeded)), |s| {
                     s.duplicate_of = Some("gone".into())
                 })],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "a later replay already started: it holds the request",
@@ -609,8 +632,8 @@ mod tests {
                 s.started = true;
             })
         };
-        let cases: Vec<(&str, Sibling, Vec<Sibling>, Gate)> = vec![
-            ("alone", up("me", None, 5), vec![], Gate::Proceed),
+        let cases: Vec<(&str, Sibling, Vec<Sibling>, Decision)> = vec![
+            ("alone", up("me", None, 5), vec![], Decision::Proceed),
             (
                 "behind a running upgrade",
                 up("me", None, 5),
@@ -639,7 +662,7 @@ mod tests {
                 "ahead of a later pending upgrade",
                 up("me", None, 5),
                 vec![up("u9", Some(Pending), 9)],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "same time: name breaks the tie",
@@ -651,25 +674,25 @@ mod tests {
                 "same time: I come first",
                 up("me", None, 5),
                 vec![up("z", None, 5)],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "terminal siblings hold nothing",
                 up("me", None, 5),
                 vec![up("u1", Some(Succeeded), 0), up("u2", Some(Failed), 1)],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "earlier sibling waiting for notBefore holds no place",
                 up("me", None, 5),
                 vec![with(up("u1", Some(Pending), 0), |s| s.not_before = Some(at(60)))],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "earlier sibling past its deadline holds no place",
                 up("me", None, 5),
                 vec![with(up("u1", Some(Pending), 0), |s| s.deadline = Some(at(8)))],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "earlier sibling that is a duplicate holds no place",
@@ -678,7 +701,7 @@ mod tests {
                     with(up("orig", Some(Succeeded), 0), |s| s.request_id = "r".into()),
                     with(up("replay", Some(Pending), 1), |s| s.request_id = "r".into()),
                 ],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "a running one is named before an earlier queued one",
@@ -690,13 +713,13 @@ mod tests {
                 "upgrade ignores running backups",
                 up("me", None, 5),
                 vec![running(sib("b", Backup, None, 0))],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "upgrade ignores pending snapshots",
                 up("me", None, 5),
                 vec![sib("s", Snapshot, None, 0)],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "restore waits for a running backup",
@@ -714,7 +737,7 @@ mod tests {
                 "restore goes before a later pending backup",
                 sib("me", Restore, None, 5),
                 vec![sib("b", Backup, Some(Pending), 9)],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "backup waits for a running restore",
@@ -736,25 +759,25 @@ mod tests {
                     running(sib("s", Snapshot, None, 1)),
                     sib("b2", Backup, None, 2),
                 ],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "backup beside a running upgrade",
                 sib("me", Backup, None, 5),
                 vec![running(up("u", None, 0))],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "runbooks are never queued",
                 sib("me", Runbook, None, 5),
                 vec![running(up("u", None, 0)), running(sib("r", Restore, None, 1))],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "runbooks block nobody",
                 up("me", None, 5),
                 vec![running(sib("rb", Runbook, None, 0))],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
         ];
         for (name, me, others, expected) in cases {
@@ -767,36 +790,36 @@ mod tests {
         let parent = with(sib("up", Upgrade, Some(Running), 0), |s| s.started = true);
         let child =
             |name: &str, type_, created| with(sib(name, type_, None, created), |s| s.parent = Some("up".into()));
-        let cases: Vec<(&str, Sibling, Vec<Sibling>, Gate)> = vec![
+        let cases: Vec<(&str, Sibling, Vec<Sibling>, Decision)> = vec![
             (
                 "pre-upgrade backup",
                 child("up-backup", Backup, 1),
                 vec![parent.clone()],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "onFailure rollback",
                 child("up-rollback", Rollback, 3),
                 vec![parent.clone()],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "onFailure restore",
                 child("up-restore", Restore, 4),
                 vec![parent.clone()],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "grandchild",
                 with(sib("gc", Backup, None, 5), |s| s.parent = Some("up-restore".into())),
                 vec![parent.clone(), child("up-restore", Restore, 4)],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "a restore queued after the parent does not get ahead of its backup",
                 child("up-backup", Backup, 3),
                 vec![parent.clone(), sib("other-restore", Restore, Some(Pending), 1)],
-                Gate::Proceed,
+                Decision::Proceed,
             ),
             (
                 "a child still waits for a running stranger",
@@ -830,12 +853,12 @@ mod tests {
         let a = with(sib("a", Upgrade, None, 0), |s| s.parent = Some("b".into()));
         let b = with(sib("b", Upgrade, None, 1), |s| s.parent = Some("a".into()));
         // Related both ways: neither blocks the other; the point is that it terminates.
-        assert_eq!(decide(&a, std::slice::from_ref(&b), 10), Gate::Proceed);
-        assert_eq!(decide(&b, &[a], 10), Gate::Proceed);
+        assert_eq!(decide(&a, std::slice::from_ref(&b), 10), Decision::Proceed);
+        assert_eq!(decide(&b, &[a], 10), Decision::Proceed);
     }
 
     #[test]
-    fn outcomes_and_messages() {
+    fn stopping_gates_carry_their_outcome() {
         let me = with(sib("me", Upgrade, None, 5), |s| {
             s.request_id = "odoo-op-4711".into();
             s.deadline = Some(at(60));
@@ -843,46 +866,52 @@ mod tests {
         let op = op_of(&me);
         let siblings = Siblings::new(vec![with(sib("u1", Upgrade, Some(Running), 0), |s| s.started = true)]);
         let cases = [
-            (Gate::Terminal, None),
-            (Gate::Proceed, None),
+            (Decision::Terminal, Gate::Terminal),
+            (Decision::Proceed, Gate::Proceed),
             (
-                Gate::Duplicate { first: "first".into() },
-                Some(Outcome::Duplicate {
+                Decision::Duplicate { first: "first".into() },
+                Gate::Duplicate(Outcome::Duplicate {
                     first: "first".into(),
                     message: "requestId odoo-op-4711 was already handled by Operation first".into(),
                 }),
             ),
             (
-                Gate::Expired,
-                Some(Outcome::Expired {
+                Decision::Expired,
+                Gate::Expired(Outcome::Expired {
                     message: "Not started before the deadline 2026-12-01T03:00:00Z (spec.deadline)".into(),
                 }),
             ),
             (
-                Gate::WaitUntil(at(30)),
-                Some(Outcome::Pending {
+                Decision::WaitUntil(at(30)),
+                Gate::WaitUntil(Outcome::Pending {
                     reason: "WaitingForNotBefore".into(),
                     message: "Waiting until 2026-12-01T02:30:00Z (spec.notBefore)".into(),
                 }),
             ),
             (
                 queued("u1"),
-                Some(Outcome::Pending {
+                Gate::Queued(Outcome::Pending {
                     reason: "Queued".into(),
                     message: "Queued behind Operation team-a/u1 (Upgrade, Running)".into(),
                 }),
             ),
             (
                 queued("unknown"),
-                Some(Outcome::Pending {
+                Gate::Queued(Outcome::Pending {
                     reason: "Queued".into(),
                     message: "Queued behind Operation team-a/unknown".into(),
                 }),
             ),
         ];
-        for (gate, expected) in cases {
-            assert_eq!(gate.outcome(&op, &siblings), expected, "{gate:?}");
+        for (decision, expected) in cases {
+            assert_eq!(decision.clone().into_gate(&op, &siblings), expected, "{decision:?}");
         }
+        // `gate` is the decision and its wording in one step.
+        assert_eq!(
+            gate(&op, at(10), &siblings),
+            queued("u1").into_gate(&op, &siblings),
+            "gate = decide + into_gate"
+        );
     }
 
     #[test]
@@ -978,14 +1007,14 @@ mod tests {
     fn the_decided_operation_in_its_own_siblings_is_ignored() {
         let me = sib("me", Upgrade, None, 5);
         let others = vec![me.clone(), sib("later", Upgrade, None, 9)];
-        assert_eq!(decide(&me, &others, 10), Gate::Proceed);
+        assert_eq!(decide(&me, &others, 10), Decision::Proceed);
     }
 
     #[test]
     fn missing_creation_time_sorts_last() {
         let me = sib("me", Upgrade, None, 5);
         let unknown = with(sib("unknown", Upgrade, None, 0), |s| s.created = None);
-        assert_eq!(decide(&me, std::slice::from_ref(&unknown), 10), Gate::Proceed);
+        assert_eq!(decide(&me, std::slice::from_ref(&unknown), 10), Decision::Proceed);
         assert_eq!(decide(&unknown, &[me], 10), queued("me"));
     }
 }
