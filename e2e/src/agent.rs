@@ -70,7 +70,7 @@ pub const AGENT_TIMEOUT: Duration = Duration::from_secs(60);
 /// A running simulator, with the cluster record `cluster` and its API key.
 pub struct SimProcess {
     process: Option<ControllerProcess>,
-    /// `http://127.0.0.1:<port>`.
+    /// `http://<host>:<port>` (`127.0.0.1` unless started with [`Self::start_on`]).
     pub url: String,
     /// The cluster record name.
     pub cluster: String,
@@ -79,6 +79,8 @@ pub struct SimProcess {
     /// The valid API key (for leak checks).
     pub key: String,
     state_file: PathBuf,
+    /// The address it listens on (`127.0.0.1`, or e.g. the node IP for pods to reach it).
+    host: String,
     port: u16,
     log_name: String,
     restarts: u32,
@@ -106,6 +108,13 @@ impl SimProcess {
     /// Starts a simulator on a free port with one cluster record named after the test
     /// (on another port if it lost the race for the first).
     pub async fn start(ctx: &TestContext) -> anyhow::Result<Self> {
+        Self::start_on(ctx, "127.0.0.1").await
+    }
+
+    /// As [`Self::start`], listening on `host` (an address of the cluster's network
+    /// namespace, e.g. the real node's IP, which its pods reach) with a port that is free on
+    /// loopback (if another process holds it on `host`, the race is lost and retried).
+    pub async fn start_on(ctx: &TestContext, host: &str) -> anyhow::Result<Self> {
         let dir = work_dir(ctx)?;
         let key = api_key("good");
         let key_file = dir.join("api-key");
@@ -119,6 +128,7 @@ impl SimProcess {
             key_file,
             key,
             state_file,
+            host: host.to_owned(),
             port: 0,
             log_name: format!("odoo-sim-{}", ctx.namespace),
             restarts: 0,
@@ -127,7 +137,7 @@ impl SimProcess {
         retry_address_race(async || {
             let addr = free_loopback_addr()?;
             sim.port = addr.port();
-            sim.url = format!("http://{addr}");
+            sim.url = format!("http://{}:{}", sim.host, sim.port);
             sim.spawn().await
         })
         .await?;
@@ -136,7 +146,7 @@ impl SimProcess {
 
     /// Starts the process on `self.port` and waits until it answers.
     async fn spawn(&mut self) -> anyhow::Result<()> {
-        let listen = format!("127.0.0.1:{}", self.port);
+        let listen = format!("{}:{}", self.host, self.port);
         let state = self.state_file.to_string_lossy().into_owned();
         let key_file = self.key_file.to_string_lossy().into_owned();
         let log_name = if self.restarts == 0 {

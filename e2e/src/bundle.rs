@@ -1,0 +1,666 @@
+//! Helpers for the bundle tests (`tests/bundle.rs`): the install bundle running *in* the
+//! cluster, on the real node (`hack/node.sh`), from the images of `hack/build-images.sh`.
+//!
+//! An overlay is rendered through a kustomization of our own, written to a directory under
+//! the cluster dir, whose only base is the overlay: it changes nothing but what running on
+//! the real node needs (placement), the tenancy allow-list and what the test asks for
+//! (replicas, extra args). The out-of-cluster Flux of `hack/cluster.sh` is stopped while a
+//! bundle with its own Flux runs ([`OutOfClusterFluxStopped`]).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Namespace, Pod},
+};
+use kube::{Api, Client, api::ListParams};
+use serde_json::Value;
+
+use crate::{
+    TestContext, cluster_dir,
+    deploy::{self, kind, kubectl, name, namespace},
+    eventually, repo_root,
+};
+
+/// The taint that keeps everything but chosen pods off the real node (`hack/node.sh`).
+pub const REAL_NODE_TAINT_KEY: &str = "vws.dev/real-node";
+/// The namespace of the bundled Flux.
+pub const FLUX_NAMESPACE: &str = "flux-system";
+/// How long a bundle's Deployments may take to become Available on the real node (images
+/// are imported, never pulled; the first start of a controller waits for its caches).
+pub const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The real node's name: `VWS_REAL_NODE` (from `hack/cluster.sh env`); an error when the
+/// cluster runs without one (`VWS_REAL_NODE=0`), since nothing could run.
+pub fn real_node() -> anyhow::Result<String> {
+    std::env::var("VWS_REAL_NODE").context(
+        "VWS_REAL_NODE is not set: the cluster has no real node (started with VWS_REAL_NODE=0?), \
+         or the test runs outside `hack/cluster.sh exec`",
+    )
+}
+
+/// The real node's IP (on `lo` of the cluster's netns; its pods reach it).
+pub fn node_ip() -> String {
+    std::env::var("VWS_NODE_IP").unwrap_or_else(|_| "10.99.0.1".to_owned())
+}
+
+/// The chart repository as pods on the real node reach it (`VWS_CHART_REPO_FOR_PODS`).
+pub fn chart_repo_for_pods() -> String {
+    std::env::var("VWS_CHART_REPO_FOR_PODS").unwrap_or_else(|_| format!("http://{}:18879", node_ip()))
+}
+
+/// The host (no scheme, no port) of a URL such as [`chart_repo_for_pods`].
+pub fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+}
+
+/// `nodeSelector` and `tolerations` that put a pod on the real node `node` (and nowhere else).
+pub fn placement(node: &str) -> Value {
+    serde_json::json!({
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": [{"key": REAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+    })
+}
+
+/// What a test changes in an overlay, and nothing else.
+pub struct BundleOptions<'a> {
+    /// `deploy/overlays/<overlay>`.
+    pub overlay: &'a str,
+    /// The real node every Deployment is placed on.
+    pub node: &'a str,
+    /// `allowed-namespaces` of the ConfigMap `vworkspace-tenancy` (merged into the overlay's).
+    pub allowed_namespaces: &'a str,
+    /// `spec.replicas` of the app controller's Deployment.
+    pub app_controller_replicas: u32,
+    /// Arguments appended to the app controller's container.
+    pub app_controller_args: &'a [String],
+}
+
+/// The kustomization (`kustomization.yaml`) rendering `options`: the overlay as its only
+/// base, one patch placing every Deployment on the real node, the allow-list merged into
+/// the overlay's generated ConfigMap, and the app controller's replicas and extra args.
+/// `dir` is where the kustomization lives: kustomize takes a base only by a relative path.
+pub fn kustomization(dir: &Path, options: &BundleOptions<'_>) -> anyhow::Result<String> {
+    let overlay = repo_root().join("deploy/overlays").join(options.overlay);
+    anyhow::ensure!(overlay.is_dir(), "no overlay {}", overlay.display());
+    let base = relative_path(dir, &overlay)?;
+    let placement_patch = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        // Ignored: the target selects the Deployments.
+        "metadata": {"name": "any"},
+        "spec": {"template": {"spec": placement(options.node)}},
+    });
+    let mut app_controller_ops = vec![serde_json::json!({
+        "op": "replace", "path": "/spec/replicas", "value": options.app_controller_replicas,
+    })];
+    for arg in options.app_controller_args {
+        app_controller_ops.push(serde_json::json!({
+            "op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": arg,
+        }));
+    }
+    let kustomization = serde_json::json!({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [base.to_string_lossy()],
+        "configMapGenerator": [{
+            "name": "vworkspace-tenancy",
+            "namespace": deploy::SYSTEM_NAMESPACE,
+            "behavior": "merge",
+            "literals": [format!("allowed-namespaces={}", options.allowed_namespaces)],
+        }],
+        "patches": [
+            {"target": {"kind": "Deployment"}, "patch": serde_yaml::to_string(&placement_patch)?},
+            {
+                "target": {"kind": "Deployment", "name": "app-controller", "namespace": deploy::SYSTEM_NAMESPACE},
+                "patch": serde_json::to_string(&app_controller_ops)?,
+            },
+        ],
+    });
+    Ok(serde_yaml::to_string(&kustomization)?)
+}
+
+/// The path of `to` relative to the directory `from` (both made absolute and canonical).
+pub fn relative_path(from: &Path, to: &Path) -> anyhow::Result<PathBuf> {
+    let canonical = |p: &Path| p.canonicalize().with_context(|| format!("resolving {}", p.display()));
+    let (from, to) = (canonical(from)?, canonical(to)?);
+    let common = from
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out = PathBuf::new();
+    for _ in from.components().skip(common) {
+        out.push("..");
+    }
+    for c in to.components().skip(common) {
+        out.push(c);
+    }
+    Ok(out)
+}
+
+/// A rendered bundle: the kustomization's directory and the documents it renders to.
+pub struct RenderedBundle {
+    /// Holds `kustomization.yaml` (removed by [`RenderedBundle::remove_dir`]).
+    pub dir: PathBuf,
+    /// Every rendered document.
+    pub docs: Vec<Value>,
+}
+
+impl RenderedBundle {
+    /// Writes the kustomization for `options` into `<cluster dir>/bundle-e2e/<tag>` and
+    /// renders it with the cluster's kubectl (`kubectl kustomize`).
+    pub async fn render(tag: &str, options: &BundleOptions<'_>) -> anyhow::Result<Self> {
+        let dir = cluster_dir().join("bundle-e2e").join(tag);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("kustomization.yaml"), kustomization(&dir, options)?)?;
+        let yaml = kubectl(&["kustomize", &dir.to_string_lossy()], None)
+            .await
+            .with_context(|| format!("rendering {}", dir.display()))?;
+        Ok(Self {
+            dir,
+            docs: crate::yaml_documents(&yaml)?,
+        })
+    }
+
+    /// The documents of `kinds`.
+    pub fn of_kind(&self, kinds: &[&str]) -> Vec<&Value> {
+        self.docs.iter().filter(|d| kinds.contains(&kind(d))).collect()
+    }
+
+    /// Everything but the CustomResourceDefinitions: the objects a test installs and removes
+    /// (CRDs are cluster infrastructure the rest of the suite needs; see the test).
+    pub fn without_crds(&self) -> Vec<&Value> {
+        self.docs
+            .iter()
+            .filter(|d| kind(d) != "CustomResourceDefinition")
+            .collect()
+    }
+
+    /// `(namespace, name)` of every Deployment.
+    pub fn deployments(&self) -> Vec<(String, String)> {
+        self.of_kind(&["Deployment"])
+            .into_iter()
+            .map(|d| (namespace(d).to_owned(), name(d).to_owned()))
+            .collect()
+    }
+
+    /// Removes the kustomization's directory.
+    pub fn remove_dir(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `hack/cluster.sh ARGS...` (blocking); fails with its output when it fails.
+pub fn cluster_sh(args: &[&str]) -> anyhow::Result<String> {
+    let script = repo_root().join("hack/cluster.sh");
+    let out = std::process::Command::new(&script)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("hack/cluster.sh {} failed ({}):\n{text}", args.join(" "), out.status);
+    }
+    Ok(text)
+}
+
+/// The out-of-cluster Flux of `hack/cluster.sh` (source-controller and helm-controller as
+/// local processes), stopped while a bundle brings its own: two helm-controllers would
+/// reconcile the same HelmReleases. Dropping the guard starts it again (`hack/cluster.sh
+/// restart-flux`), also when the test panics; [`Self::restore`] does it with an error.
+pub struct OutOfClusterFluxStopped {
+    restored: bool,
+}
+
+impl OutOfClusterFluxStopped {
+    /// `hack/cluster.sh stop-flux`.
+    pub fn stop() -> anyhow::Result<Self> {
+        // The guard first: a stop that fails half-way is restored too.
+        let guard = Self { restored: false };
+        cluster_sh(&["stop-flux"])?;
+        Ok(guard)
+    }
+
+    /// `hack/cluster.sh restart-flux` now, with its error.
+    pub fn restore(mut self) -> anyhow::Result<()> {
+        self.restored = true;
+        cluster_sh(&["restart-flux"]).map(drop)
+    }
+}
+
+impl Drop for OutOfClusterFluxStopped {
+    fn drop(&mut self) {
+        if !self.restored
+            && let Err(e) = cluster_sh(&["restart-flux"])
+        {
+            eprintln!("restoring the out-of-cluster Flux failed: {e:#}");
+        }
+    }
+}
+
+/// An installed bundle: removed when dropped unless [`Self::remove`] did it (so a failing
+/// test leaves no controllers running, and never two Fluxes once the out-of-cluster one is
+/// restored: declare it after [`OutOfClusterFluxStopped`], it is dropped first). Before the
+/// bundle, the ApplicationInstances of `tenant_namespace` are deleted while the app controller
+/// still runs to remove its finalizer.
+pub struct InstalledBundle {
+    file: PathBuf,
+    tenant_namespace: String,
+    removed: bool,
+    count: usize,
+}
+
+impl InstalledBundle {
+    /// The guard of `docs` (written to `<dir>/installed.yaml`), before anything is applied:
+    /// whatever gets applied from here on is removed.
+    pub fn new(dir: &std::path::Path, docs: &[&Value], tenant_namespace: &str) -> anyhow::Result<Self> {
+        let yaml = deploy::to_yaml(docs)?;
+        let file = dir.join("installed.yaml");
+        std::fs::write(&file, &yaml)?;
+        Ok(Self {
+            file,
+            tenant_namespace: tenant_namespace.to_owned(),
+            removed: false,
+            count: docs.len(),
+        })
+    }
+
+    /// Server-side applies every object (as an installer would).
+    pub async fn apply(&self) -> anyhow::Result<()> {
+        let yaml = std::fs::read_to_string(&self.file)?;
+        let out = deploy::apply(&yaml, false).await?;
+        anyhow::ensure!(
+            out.matches("serverside-applied").count() == self.count,
+            "not every object was applied:\n{out}"
+        );
+        Ok(())
+    }
+
+    /// `kubectl delete` of every installed object, waiting until they are gone (namespaces
+    /// included, so every pod of the bundle has terminated).
+    pub async fn remove(mut self) -> anyhow::Result<()> {
+        self.removed = true;
+        let file = self.file.to_string_lossy().into_owned();
+        kubectl(
+            &[
+                "delete",
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=300s",
+                "-f",
+                &file,
+            ],
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+impl Drop for InstalledBundle {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        if std::thread::panicking() && std::env::var_os("VWS_E2E_KEEP_FAILED").is_some() {
+            eprintln!(
+                "VWS_E2E_KEEP_FAILED: the bundle stays installed ({}); remove it with `kubectl delete -f` \
+                 before `hack/cluster.sh restart-flux`",
+                self.file.display()
+            );
+            return;
+        }
+        let kubeconfig = cluster_dir().join("admin.kubeconfig");
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new(deploy::kubectl_path())
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => eprintln!(
+                    "kubectl {} failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+                Err(e) => eprintln!("kubectl {}: {e}", args.join(" ")),
+            }
+        };
+        run(&[
+            "delete",
+            "applicationinstances.vworkspace.io",
+            "--all",
+            "-n",
+            &self.tenant_namespace,
+            "--wait=true",
+            "--timeout=90s",
+        ]);
+        let file = self.file.to_string_lossy().into_owned();
+        run(&[
+            "delete",
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=300s",
+            "-f",
+            &file,
+        ]);
+    }
+}
+
+/// Waits until namespace `name` is absent or not Terminating (a previous run's deletion).
+pub async fn wait_namespace_usable(client: &Client, name_: &str, timeout: Duration) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let phase = api.get_opt(name_).await?.and_then(|n| n.status).and_then(|s| s.phase);
+        if phase.as_deref() != Some("Terminating") {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("namespace {name_} still Terminating after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The pods a Deployment selects (by its `matchLabels`), without those being deleted.
+pub async fn deployment_pods(client: &Client, dep: &Deployment) -> anyhow::Result<Vec<Pod>> {
+    let ns = dep.metadata.namespace.clone().unwrap_or_default();
+    let labels: BTreeMap<String, String> = dep
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.clone())
+        .unwrap_or_default();
+    let selector = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    Ok(pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+/// Whether a pod is Running and Ready.
+pub fn pod_ready(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Restarts of every container of a pod, summed.
+pub fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+        .unwrap_or_default()
+}
+
+/// One line per pod: node, phase, readiness, restarts and why a container waits or ended.
+pub fn pods_summary(pods: &[Pod]) -> String {
+    pods.iter()
+        .map(|p| {
+            let status = p.status.as_ref();
+            let why: Vec<String> = status
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|c| {
+                    let state = c.state.as_ref()?;
+                    let last = c.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+                    let now = state
+                        .waiting
+                        .as_ref()
+                        .map(|w| {
+                            format!(
+                                "waiting {}: {}",
+                                w.reason.as_deref().unwrap_or("-"),
+                                w.message.as_deref().unwrap_or("")
+                            )
+                        })
+                        .or_else(|| {
+                            state
+                                .terminated
+                                .as_ref()
+                                .map(|t| format!("terminated {} ({})", t.reason.as_deref().unwrap_or("-"), t.exit_code))
+                        });
+                    let before = last.map(|t| {
+                        format!(
+                            "last terminated {} ({}) {}",
+                            t.reason.as_deref().unwrap_or("-"),
+                            t.exit_code,
+                            t.message.as_deref().unwrap_or("")
+                        )
+                    });
+                    let parts: Vec<String> = now.into_iter().chain(before).collect();
+                    (!parts.is_empty()).then(|| format!("{}: {}", c.name, parts.join("; ")))
+                })
+                .collect();
+            format!(
+                "{} node={} phase={} ready={} restarts={} {}",
+                p.metadata.name.as_deref().unwrap_or("-"),
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("-"),
+                status.and_then(|s| s.phase.as_deref()).unwrap_or("-"),
+                pod_ready(p),
+                restarts(p),
+                why.join(" | ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n  ")
+}
+
+/// Waits until Deployment `namespace/name` is Available with every replica updated and
+/// ready, and exactly its replicas' pods exist, each Running and Ready on `node` with no
+/// container restart (so readiness probes pass, and liveness probes never failed).
+/// Returns its pods.
+pub async fn wait_available_on(
+    ctx: &TestContext,
+    namespace_: &str,
+    name_: &str,
+    node: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Pod>> {
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace_);
+    let client = ctx.client.clone();
+    eventually(
+        ctx,
+        &format!("Deployment {namespace_}/{name_} Available on {node}"),
+        timeout,
+        || {
+            let (deployments, client) = (deployments.clone(), client.clone());
+            async move {
+                let Some(dep) = deployments.get_opt(name_).await? else {
+                    return Ok(Err("no Deployment".to_owned()));
+                };
+                let want = dep.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let status = dep.status.clone().unwrap_or_default();
+                let available = status
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Available" && c.status == "True");
+                let pods = deployment_pods(&client, &dep).await?;
+                let ok = available
+                    && status.updated_replicas == Some(want)
+                    && status.ready_replicas == Some(want)
+                    && status.replicas == Some(want)
+                    && pods.len() == usize::try_from(want).unwrap_or_default()
+                    && pods.iter().all(|p| {
+                        pod_ready(p)
+                            && restarts(p) == 0
+                            && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                    });
+                Ok(if ok {
+                    Ok(pods)
+                } else {
+                    Err(format!(
+                        "available={available} replicas={:?}/{want} updated={:?} ready={:?}; pods:\n  {}",
+                        status.replicas,
+                        status.updated_replicas,
+                        status.ready_replicas,
+                        pods_summary(&pods)
+                    ))
+                })
+            }
+        },
+    )
+    .await
+}
+
+/// The path of a pod's ServiceAccount token projected by the kubelet (`kube-api-access-*`:
+/// a projected volume with a `serviceAccountToken` source, mounted at the in-cluster config
+/// path), or why there is none.
+pub fn projected_token_mount(pod: &Pod) -> Result<String, String> {
+    let spec = pod.spec.as_ref().ok_or("no spec")?;
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| {
+            v.projected
+                .as_ref()
+                .is_some_and(|p| p.sources.iter().flatten().any(|s| s.service_account_token.is_some()))
+                && v.name.starts_with("kube-api-access-")
+        })
+        .ok_or("no projected kube-api-access volume with a serviceAccountToken source")?;
+    let container = spec.containers.first().ok_or("no container")?;
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == volume.name)
+        .map(|m| m.mount_path.clone())
+        .ok_or_else(|| format!("volume {} is not mounted", volume.name))
+}
+
+/// Anything in a pod that could carry other credentials than its ServiceAccount token: a
+/// `KUBECONFIG` variable, a Secret volume, or a mount whose path or volume names a kubeconfig.
+pub fn other_credentials(pod: &Pod) -> Vec<String> {
+    let mut found = Vec::new();
+    let Some(spec) = pod.spec.as_ref() else {
+        return found;
+    };
+    for v in spec.volumes.iter().flatten() {
+        if v.secret.is_some() {
+            found.push(format!("Secret volume {}", v.name));
+        }
+        if v.name.to_ascii_lowercase().contains("kubeconfig") {
+            found.push(format!("volume {}", v.name));
+        }
+    }
+    for c in &spec.containers {
+        for e in c.env.iter().flatten() {
+            if e.name == "KUBECONFIG" {
+                found.push(format!("{}: env KUBECONFIG", c.name));
+            }
+        }
+        for m in c.volume_mounts.iter().flatten() {
+            if m.mount_path.to_ascii_lowercase().contains("kube/config")
+                || m.mount_path.to_ascii_lowercase().contains("kubeconfig")
+            {
+                found.push(format!("{}: mount {}", c.name, m.mount_path));
+            }
+        }
+    }
+    found
+}
+
+/// The ids (`kind/namespace/name`) of `docs` that still exist.
+pub async fn still_present(docs: &[&Value]) -> anyhow::Result<Vec<String>> {
+    let client = crate::client().await?;
+    let mut left = Vec::new();
+    for doc in docs {
+        let (ar, namespaced) = crate::api_resource_of(&client, doc).await?;
+        let api: Api<kube::api::DynamicObject> = if namespaced {
+            Api::namespaced_with(client.clone(), namespace(doc), &ar)
+        } else {
+            Api::all_with(client.clone(), &ar)
+        };
+        if api.get_opt(name(doc)).await?.is_some() {
+            left.push(deploy::id(doc));
+        }
+    }
+    Ok(left)
+}
+
+/// Cluster-scoped objects of `resource` (e.g. `clusterroles.rbac.authorization.k8s.io`)
+/// labelled `app.kubernetes.io/part-of` one of `part_of`: `kind/name` lines.
+pub async fn cluster_objects_part_of(resource: &str, part_of: &[&str]) -> anyhow::Result<Vec<String>> {
+    let selector = format!("app.kubernetes.io/part-of in ({})", part_of.join(","));
+    let out = kubectl(&["get", resource, "-l", &selector, "-o", "name"], None).await?;
+    Ok(out.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_path_goes_up_then_down() {
+        let root = crate::repo_root();
+        let rel = relative_path(&root.join("e2e/src"), &root.join("deploy/overlays")).expect("relative");
+        assert_eq!(rel, PathBuf::from("../../deploy/overlays"));
+        assert_eq!(relative_path(&root, &root).expect("relative"), PathBuf::new());
+    }
+
+    #[test]
+    fn url_host_strips_scheme_port_and_path() {
+        assert_eq!(url_host("http://10.99.0.1:18879"), "10.99.0.1");
+        assert_eq!(url_host("http://10.99.0.1:18879/charts"), "10.99.0.1");
+        assert_eq!(url_host("https://charts.example.com/x"), "charts.example.com");
+        assert_eq!(url_host("charts.example.com"), "charts.example.com");
+    }
+
+    #[test]
+    fn kustomization_changes_placement_allow_list_and_app_controller_only() {
+        let args = ["--insecure-repository-hosts=10.99.0.1".to_owned()];
+        let dir = crate::repo_root().join("e2e");
+        let text = kustomization(
+            &dir,
+            &BundleOptions {
+                overlay: "full",
+                node: "real-node-0",
+                allowed_namespaces: "e2e-x",
+                app_controller_replicas: 2,
+                app_controller_args: &args,
+            },
+        )
+        .expect("kustomization");
+        let k: Value = serde_yaml::from_str(&text).expect("yaml");
+        assert_eq!(k["resources"].as_array().map(Vec::len), Some(1));
+        assert_eq!(k["resources"][0], "../deploy/overlays/full");
+        assert_eq!(k["configMapGenerator"][0]["behavior"], "merge");
+        assert_eq!(k["configMapGenerator"][0]["literals"][0], "allowed-namespaces=e2e-x");
+        let placement: Value = serde_yaml::from_str(k["patches"][0]["patch"].as_str().expect("patch")).expect("yaml");
+        assert_eq!(
+            placement["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+            "real-node-0"
+        );
+        let ops: Value = serde_json::from_str(k["patches"][1]["patch"].as_str().expect("patch")).expect("json");
+        assert_eq!(ops[0]["value"], 2);
+        assert_eq!(ops[1]["value"], "--insecure-repository-hosts=10.99.0.1");
+    }
+}

@@ -1,0 +1,748 @@
+//! The install bundle running *in* the cluster, on the real node (issue 15, point 3): the
+//! `full` overlay, from the images `hack/build-images.sh` built and `hack/cluster.sh
+//! load-images` imported (never pulled), with only placement, the allow-list and the app
+//! controller's replicas and chart-host flag changed. Every Deployment becomes Available
+//! with its probes passing and no restart, on the real node; the controllers authenticate
+//! with in-cluster config and their own ServiceAccount token; two app-controller replicas
+//! elect one leader and the other takes over when the leader's pod is deleted; the product
+//! path runs with everything in pods (odoo-sim outside the cluster, the agent, the app
+//! controller, the bundled Flux, the sample app answering on its Service); removing the
+//! bundle leaves none of its objects behind.
+//!
+//! The out-of-cluster Flux of `hack/cluster.sh` is stopped for the test (the bundle brings
+//! its own; two helm-controllers would fight over the HelmReleases) and always started
+//! again at the end, also when the test fails. Run it alone (`--test bundle`): other tests
+//! in the same run would find no Flux while it runs.
+//!
+//! CRDs are not part of what is installed and removed: ours (`deploy/crds/`) and Flux's are
+//! applied by `hack/cluster.sh up` and the rest of the suite needs them (deleting Flux's CRDs
+//! would delete every HelmRelease in the cluster). The overlay's Flux CRDs are checked with a
+//! server-side dry run to be the ones the cluster serves.
+
+use std::time::{Duration, Instant};
+
+use api::ApplicationInstance;
+use e2e::{
+    TestContext,
+    agent::{SimProcess, object_ack, report, summary, wait_sim},
+    bundle::{
+        self, BundleOptions, FLUX_NAMESPACE, InstalledBundle, OutOfClusterFluxStopped, RenderedBundle,
+        other_credentials, pods_summary, projected_token_mount, restarts,
+    },
+    deploy::{self, SYSTEM_NAMESPACE, http_get, kind, lease_holder, name, to_yaml},
+    eventually, flux,
+};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    coordination::v1::Lease,
+    core::v1::{Pod, Service},
+};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams},
+};
+use serde_json::{Value, json};
+
+const APP_CONTROLLER: &str = "app-controller";
+const APP_CONTROLLER_LEASE: &str = "vworkspace-app-controller";
+/// Where the kubelet mounts the ServiceAccount token that in-cluster config reads.
+const IN_CLUSTER_TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The out-of-cluster helm-controller's health endpoint (`hack/cluster.sh`).
+const OUT_OF_CLUSTER_HELM_CONTROLLER_HEALTH: &str = "127.0.0.1:19441";
+const PRODUCT_TIMEOUT: Duration = Duration::from_secs(240);
+/// The chart repository as the test process (and the cluster's out-of-cluster Flux) reach it.
+const CHART_REPO_ADDR: &str = "127.0.0.1:18879";
+
+/// The tests take turns: one stops the cluster's Flux, the other uses it, and both install
+/// and remove the bundle's objects in `vworkspace-system`.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn phase(started: Instant, what: &str) {
+    eprintln!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
+}
+
+#[tokio::test]
+async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind() -> anyhow::Result<()> {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let node = bundle::real_node()?;
+    let ctx = TestContext::new("bundle-full").await?;
+    let ns = ctx.namespace.clone();
+    let client = ctx.client.clone();
+
+    // The test charts are served over plain http from the node IP (pods cannot reach the
+    // chart server's 127.0.0.1). The app controller refuses plain http:// to any host not
+    // in --insecure-repository-hosts; 10.99.0.1 is an RFC 1918 address, which is refused
+    // only when listed in --blocked-repository-cidrs (empty by default), and
+    // --allowed-repository-hosts defaults to `*`. So naming that one host in
+    // --insecure-repository-hosts is the whole change, and the smallest one (docs/security.md:
+    // leave it empty in production, where repositories are https).
+    let chart_repo = bundle::chart_repo_for_pods();
+    let app_controller_args = [format!("--insecure-repository-hosts={}", bundle::url_host(&chart_repo))];
+    let rendered = RenderedBundle::render(
+        &ns,
+        &BundleOptions {
+            overlay: "full",
+            node: &node,
+            allowed_namespaces: &ns,
+            app_controller_replicas: 2,
+            app_controller_args: &app_controller_args,
+        },
+    )
+    .await?;
+    let deployments = rendered.deployments();
+    let mut names: Vec<&str> = deployments.iter().map(|(_, n)| n.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "agent",
+            "app-controller",
+            "backup-engine",
+            "helm-controller",
+            "restore-engine",
+            "runbook-engine",
+            "source-controller",
+            "upgrade-engine"
+        ]
+    );
+    for dep in rendered.of_kind(&["Deployment"]) {
+        let spec = &dep["spec"]["template"]["spec"];
+        assert_eq!(
+            spec["nodeSelector"]["kubernetes.io/hostname"],
+            node.as_str(),
+            "{}",
+            name(dep)
+        );
+        assert_eq!(
+            spec["tolerations"][0]["key"],
+            bundle::REAL_NODE_TAINT_KEY,
+            "{}",
+            name(dep)
+        );
+    }
+    let tenancy: Vec<&Value> = rendered
+        .of_kind(&["ConfigMap"])
+        .into_iter()
+        .filter(|c| name(c).starts_with("vworkspace-tenancy"))
+        .collect();
+    assert_eq!(tenancy.len(), 1, "one tenancy ConfigMap (merged, not added)");
+    assert_eq!(tenancy[0]["data"]["allowed-namespaces"], ns.as_str());
+    phase(started, "rendered the full overlay for the real node");
+
+    // The overlay's Flux CRDs are the ones the cluster serves (dry run; see the module doc).
+    let crds = rendered.of_kind(&["CustomResourceDefinition"]);
+    assert_eq!(crds.len(), 7, "the bundled Flux brings its 7 CRDs");
+    let out = deploy::apply(&to_yaml(&crds)?, true).await?;
+    assert_eq!(out.matches("serverside-applied (server dry run)").count(), 7, "{out}");
+    // Ours, again, as cluster up applied them.
+    let crd_dir = e2e::repo_root().join("deploy/crds");
+    deploy::kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=vws-cluster-up",
+            "-f",
+            &crd_dir.to_string_lossy(),
+        ],
+        None,
+    )
+    .await?;
+
+    for system_ns in [SYSTEM_NAMESPACE, FLUX_NAMESPACE] {
+        bundle::wait_namespace_usable(&client, system_ns, Duration::from_secs(180)).await?;
+    }
+
+    // The simulator of Odoo runs outside the cluster, on the node IP so the agent's pod
+    // reaches it (plain http, as in the rest of the suite: odoo-sim serves no TLS).
+    let sim = SimProcess::start_on(&ctx, &bundle::node_ip()).await?;
+
+    let flux_guard = OutOfClusterFluxStopped::stop()?;
+    assert!(
+        tokio::net::TcpStream::connect(OUT_OF_CLUSTER_HELM_CONTROLLER_HEALTH)
+            .await
+            .is_err(),
+        "the out-of-cluster helm-controller is stopped"
+    );
+    phase(started, "stopped the out-of-cluster Flux");
+
+    // Namespaces first, then what the cluster owner creates for the agent (its API key and
+    // its configuration: the Deployment reads both), so the agent starts once, configured.
+    let to_install = rendered.without_crds();
+    let (namespaces, rest): (Vec<&Value>, Vec<&Value>) = to_install.iter().partition(|d| kind(d) == "Namespace");
+    let installed = InstalledBundle::new(&rendered.dir, &to_install, &ns)?;
+    // Namespaces are in `to_install` too: applying them first only orders the creation.
+    deploy::apply(&to_yaml(&namespaces)?, false).await?;
+    let agent_objects = [
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "agent-credentials", "namespace": SYSTEM_NAMESPACE},
+            "stringData": {"api-key": sim.key},
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "agent-config", "namespace": SYSTEM_NAMESPACE},
+            "data": {
+                "VWS_CONTROL_PLANE_URL": sim.url,
+                "VWS_INSECURE_ALLOW_HTTP": "true",
+                "VWS_CLUSTER_NAME": sim.cluster,
+                "VWS_ALLOWED_NAMESPACES": ns,
+                "VWS_SYNC_INTERVAL": "2s",
+                "VWS_REQUEST_TIMEOUT": "3s",
+                "VWS_MAX_BACKOFF": "4s",
+            },
+        }),
+    ];
+    deploy::apply(&to_yaml(&agent_objects.iter().collect::<Vec<_>>())?, false).await?;
+    installed.apply().await?;
+    assert!(!rest.is_empty());
+    phase(started, &format!("applied {} objects of the bundle", to_install.len()));
+
+    // Every Deployment Available on the real node, probes passing, no restart.
+    let mut pods: Vec<Pod> = Vec::new();
+    for (dep_ns, dep_name) in &deployments {
+        let dep_pods = bundle::wait_available_on(&ctx, dep_ns, dep_name, &node, bundle::ROLLOUT_TIMEOUT).await?;
+        phase(
+            started,
+            &format!("{dep_ns}/{dep_name} Available ({} pod(s))", dep_pods.len()),
+        );
+        pods.extend(dep_pods);
+    }
+    assert_eq!(pods.len(), deployments.len() + 1, "app-controller runs 2 replicas");
+
+    // In-cluster config with their own ServiceAccount token: each pod runs as its
+    // Deployment's ServiceAccount, has the kubelet's projected token at the in-cluster path
+    // and no other credentials (no kubeconfig, no Secret volume, no KUBECONFIG).
+    for (dep_ns, dep_name) in &deployments {
+        let dep: Deployment = Api::namespaced(client.clone(), dep_ns).get(dep_name).await?;
+        let sa = dep
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default();
+        assert!(!sa.is_empty(), "{dep_name} names its ServiceAccount");
+        for pod in bundle::deployment_pods(&client, &dep).await? {
+            let pod_name = pod.metadata.name.clone().unwrap_or_default();
+            let spec = pod.spec.as_ref();
+            assert_eq!(
+                spec.and_then(|s| s.service_account_name.as_deref()),
+                Some(sa.as_str()),
+                "{pod_name}"
+            );
+            assert_eq!(
+                projected_token_mount(&pod).map_err(|e| anyhow::anyhow!("{pod_name}: {e}"))?,
+                IN_CLUSTER_TOKEN_DIR,
+                "{pod_name}"
+            );
+            assert_eq!(other_credentials(&pod), Vec::<String>::new(), "{pod_name}");
+            for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+                assert!(
+                    c.liveness_probe.is_some() && c.readiness_probe.is_some(),
+                    "{pod_name}/{}: liveness and readiness probes",
+                    c.name
+                );
+            }
+        }
+    }
+    phase(
+        started,
+        "every pod uses its own ServiceAccount token, no other credentials",
+    );
+
+    // Leader election between the two app-controller replicas: one holds the Lease, and it
+    // is a pod (the holder identity is the pod name, from the downward API).
+    let app_dep: Deployment = Api::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get(APP_CONTROLLER)
+        .await?;
+    let app_pods: Vec<String> = bundle::deployment_pods(&client, &app_dep)
+        .await?
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(app_pods.len(), 2, "{app_pods:?}");
+    let leader = eventually(
+        &ctx,
+        "an app-controller pod holds the Lease",
+        Duration::from_secs(60),
+        || {
+            let (client, app_pods) = (client.clone(), &app_pods);
+            async move {
+                Ok(
+                    match lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE).await? {
+                        Some(h) if app_pods.contains(&h) => Ok(h),
+                        other => Err(format!("holder {other:?}, pods {app_pods:?}")),
+                    },
+                )
+            }
+        },
+    )
+    .await?;
+    let follower = app_pods.iter().find(|p| **p != leader).cloned().unwrap_or_default();
+    let lease: Lease = Api::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get(APP_CONTROLLER_LEASE)
+        .await?;
+    let lease_seconds = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.lease_duration_seconds)
+        .unwrap_or_default();
+    assert!(lease_seconds > 0, "the Lease has a duration");
+    // Stable: the follower never takes it while the leader lives.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE)
+            .await?
+            .as_deref(),
+        Some(leader.as_str())
+    );
+    phase(started, &format!("{leader} leads, {follower} follows"));
+
+    let deleted_at = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .delete(&leader, &DeleteParams::default())
+        .await?;
+    let within = Duration::from_secs(u64::try_from(lease_seconds)?);
+    eventually(&ctx, "the follower takes the Lease over", within, || {
+        let (client, follower) = (client.clone(), &follower);
+        async move {
+            Ok(
+                match lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE).await? {
+                    Some(h) if h == *follower => Ok(()),
+                    other => Err(format!("holder {other:?}")),
+                },
+            )
+        }
+    })
+    .await?;
+    let takeover = deleted_at.elapsed();
+    phase(
+        started,
+        &format!("{follower} took the Lease over {takeover:?} after {leader} was deleted (lease {lease_seconds}s)"),
+    );
+    // The Deployment replaces the pod; two replicas again, the new one a follower.
+    bundle::wait_available_on(&ctx, SYSTEM_NAMESPACE, APP_CONTROLLER, &node, bundle::ROLLOUT_TIMEOUT).await?;
+    assert_eq!(
+        lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE)
+            .await?
+            .as_deref(),
+        Some(follower.as_str())
+    );
+
+    // The product path, everything in pods: intent in the simulator → agent pod →
+    // ApplicationInstance → app-controller pod → HelmRelease → Flux pods → the demo app's
+    // pod on the real node, answering on its Service; status back to the simulator.
+    let greeting = format!("hello from the bundle in {ns}");
+    let mut values = bundle::placement(&node);
+    values["greeting"] = json!(greeting);
+    let mut spec = serde_json::to_value(e2e::apps::app("demo", "demo-app", "0.1.0", values).spec)?;
+    spec["chart"]["repository"]["url"] = json!(chart_repo);
+    let revision = sim.set_app(&ns, "demo", spec).await?;
+    let ready = wait_sim(&ctx, &sim, "demo reported ready", PRODUCT_TIMEOUT, |v| {
+        (summary(v, &ns, "demo")?["status"] == "ready").then(|| v.clone())
+    })
+    .await?;
+    phase(started, "the simulator hears demo is ready");
+    assert_eq!(
+        object_ack(&ready, revision, &ns, "demo").map(|a| a["outcome"].clone()),
+        Some(json!("applied"))
+    );
+    let r = report(&ready, "ApplicationInstance", &ns, "demo")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(r["state"], "ready", "{r}");
+    assert_eq!(r["deployed_chart_version"], "0.1.0", "{r}");
+    assert_eq!(ready["agent_online"], true);
+
+    let ai = ctx.api::<ApplicationInstance>().get("demo").await?;
+    assert_eq!(
+        ai.metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("vworkspace-agent"),
+        "applied by the agent"
+    );
+    let releases = flux::helm_releases(&ctx).list(&ListParams::default()).await?.items;
+    assert_eq!(releases.len(), 1, "one HelmRelease, made by the app controller");
+    let hr = serde_json::to_value(&releases[0])?;
+    assert_eq!(
+        e2e::condition(&hr, "Ready").map(|c| c.0),
+        Some("True".to_owned()),
+        "{}",
+        e2e::conditions_summary(&hr)
+    );
+
+    let demo_pods = bundle::wait_available_on(&ctx, &ns, "demo", &node, Duration::from_secs(60)).await?;
+    assert_eq!(demo_pods.len(), 1, "{}", pods_summary(&demo_pods));
+    // By its ClusterIP, through kube-proxy's rules in the netns, to the pod on the real node.
+    let body = service_get(&ctx, "demo").await?;
+    assert_eq!(body.trim(), greeting);
+    phase(started, &format!("the demo Service answers {:?}", body.trim()));
+
+    // Deletion takes the same path back: the release and its pods go.
+    sim.delete_app(&ns, "demo").await?;
+    eventually(&ctx, "demo and its release gone", PRODUCT_TIMEOUT, || {
+        let (apps, deps, hrs) = (
+            ctx.api::<ApplicationInstance>(),
+            ctx.api::<Deployment>(),
+            flux::helm_releases(&ctx),
+        );
+        async move {
+            let left = (
+                apps.get_opt("demo").await?.is_some(),
+                deps.get_opt("demo").await?.is_some(),
+                !hrs.list(&ListParams::default()).await?.items.is_empty(),
+            );
+            Ok(if left == (false, false, false) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ApplicationInstance, Deployment, HelmRelease present: {left:?}"
+                ))
+            })
+        }
+    })
+    .await?;
+    phase(started, "demo deleted through the agent");
+
+    // No pod of the bundle restarted during all of this (liveness probes never failed).
+    for system_ns in [SYSTEM_NAMESPACE, FLUX_NAMESPACE] {
+        let list = Api::<Pod>::namespaced(client.clone(), system_ns)
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let restarted: Vec<&Pod> = list.iter().filter(|p| restarts(p) > 0).collect();
+        assert!(restarted.is_empty(), "restarted:\n  {}", pods_summary(&list));
+    }
+
+    // Remove the bundle: none of its objects is left, nor anything else labelled as ours
+    // or the bundled Flux's among the cluster-scoped kinds it installs. CRDs stay.
+    let removed_from = Instant::now();
+    installed.remove().await?;
+    let left = bundle::still_present(&to_install).await?;
+    assert!(left.is_empty(), "left behind: {left:?}");
+    for resource in [
+        "clusterroles.rbac.authorization.k8s.io",
+        "clusterrolebindings.rbac.authorization.k8s.io",
+        "validatingadmissionpolicies.admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings.admissionregistration.k8s.io",
+    ] {
+        let found = bundle::cluster_objects_part_of(resource, &["vworkspace-operator", "flux"]).await?;
+        assert!(found.is_empty(), "{resource} left behind: {found:?}");
+    }
+    for system_ns in [SYSTEM_NAMESPACE, FLUX_NAMESPACE] {
+        assert!(
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .get_opt(system_ns)
+                .await?
+                .is_none(),
+            "namespace {system_ns} is gone"
+        );
+    }
+    for crd in crds
+        .iter()
+        .map(|c| name(c))
+        .chain(["applicationinstances.vworkspace.io", "operations.vworkspace.io"])
+    {
+        deploy::kubectl(&["get", "crd", crd, "-o", "name"], None).await?;
+    }
+    phase(
+        started,
+        &format!("bundle removed in {:?}, nothing left behind", removed_from.elapsed()),
+    );
+
+    flux_guard.restore()?;
+    phase(started, "out-of-cluster Flux restored");
+    rendered.remove_dir();
+    Ok(())
+}
+
+/// The chart `deploy/chart/vworkspace-operator` (issue 15, point 4), served by the chart
+/// repository (`hack/cluster.sh` packages it beside the e2e charts) and installed by the
+/// cluster's own Flux (the out-of-cluster one, which keeps running): a HelmRelease with the
+/// values of the `app-only` overlay beside an existing Flux (`flux.enabled=false`, only
+/// `appController`), placement on the real node and the allow-list. The app controller's
+/// pod becomes Available on the real node, and an ApplicationInstance applied with the API
+/// installs the demo app, whose pod answers on its Service. Uninstalling the release leaves
+/// none of the chart's objects behind.
+///
+/// The ServiceAccount the HelmRelease runs as is bound to cluster-admin: the chart creates
+/// ClusterRoles and bindings, and the cluster's Flux is locked down as the bundle ships it
+/// (a HelmRelease without serviceAccountName gets no rights; docs/install/README.md).
+/// The chart's CRDs (`crds: Skip`) and admission policies (`admissionPolicies.enabled=false`,
+/// as in the overlays) are left out: `hack/cluster.sh up` installed the same from
+/// `deploy/crds/`, the rest of the suite needs them, and Helm would adopt them and delete
+/// them on uninstall.
+#[tokio::test]
+async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -> anyhow::Result<()> {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let node = bundle::real_node()?;
+    let ctx = TestContext::new("bundle-chart").await?;
+    let ns = ctx.namespace.clone();
+    let client = ctx.client.clone();
+
+    let index = http_get(CHART_REPO_ADDR, "/index.yaml").await?;
+    anyhow::ensure!(
+        index.contains("vworkspace-operator-0.1.0.tgz"),
+        "the chart repository does not serve vworkspace-operator 0.1.0: `hack/cluster.sh up` packages it \
+         (prepare_assets); this cluster was started before that"
+    );
+    anyhow::ensure!(
+        tokio::net::TcpStream::connect(OUT_OF_CLUSTER_HELM_CONTROLLER_HEALTH)
+            .await
+            .is_ok(),
+        "the cluster's (out-of-cluster) helm-controller is not running"
+    );
+
+    // The chart's objects must not exist already: Helm would adopt them (and delete them on
+    // uninstall). Other test binaries apply the bundle's RBAC (no-flux) for their processes;
+    // remove it as their own cleanup does (they apply it again when they run).
+    let leftovers = deploy::render_docs("no-flux").await?;
+    let leftovers: Vec<&Value> = leftovers
+        .iter()
+        .filter(|d| kind(d) != "CustomResourceDefinition")
+        .collect();
+    deploy::kubectl(
+        &[
+            "delete",
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=180s",
+            "-f",
+            "-",
+        ],
+        Some(&to_yaml(&leftovers)?),
+    )
+    .await?;
+    bundle::wait_namespace_usable(&client, SYSTEM_NAMESPACE, Duration::from_secs(180)).await?;
+    phase(started, "no object of the bundle left from other tests");
+
+    let installer = format!("e2e-vworkspace-installer-{ns}");
+    let chart_repo = bundle::chart_repo_for_pods();
+    let mut values = json!({
+        "allowedNamespaces": [ns],
+        "admissionPolicies": {"enabled": false},
+        "flux": {"enabled": false},
+        "backupEngine": {"enabled": false},
+        "restoreEngine": {"enabled": false},
+        "upgradeEngine": {"enabled": false},
+        "runbookEngine": {"enabled": false},
+        "agent": {"enabled": false},
+        // The minimal repository change, as for the overlay (see the other test).
+        "appController": {"extraArgs": [format!("--insecure-repository-hosts={}", bundle::url_host(&chart_repo))]},
+    });
+    let placement = bundle::placement(&node);
+    values["nodeSelector"] = placement["nodeSelector"].clone();
+    values["tolerations"] = placement["tolerations"].clone();
+    let install = [
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "vworkspace-installer", "namespace": ns},
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": installer},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "vworkspace-installer", "namespace": ns}],
+        }),
+        json!({
+            "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+            "metadata": {"name": "vworkspace", "namespace": ns},
+            // The cluster's source-controller runs in the netns: loopback reaches the server.
+            "spec": {"url": e2e::CHART_REPO, "interval": "1m"},
+        }),
+        json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": "vworkspace-operator", "namespace": ns},
+            "spec": {
+                "interval": "10m",
+                "serviceAccountName": "vworkspace-installer",
+                "chart": {"spec": {
+                    "chart": "vworkspace-operator", "version": "0.1.0",
+                    "sourceRef": {"kind": "HelmRepository", "name": "vworkspace"},
+                }},
+                "install": {"crds": "Skip", "timeout": "4m"},
+                "upgrade": {"crds": "Skip"},
+                "values": values,
+            },
+        }),
+    ];
+    let result = chart_release_path(&ctx, &node, &chart_repo, &install, started).await;
+
+    // Cleanup whatever happened: the release (Helm uninstalls it), the installer's binding,
+    // and the release ClusterRole the cluster's Flux needs (cluster up applies it; the chart
+    // adopted it, so the uninstall deleted it).
+    let _ = flux::helm_releases(&ctx)
+        .delete("vworkspace-operator", &DeleteParams::default())
+        .await;
+    let gone = eventually(
+        &ctx,
+        "the operator's release uninstalled",
+        Duration::from_secs(180),
+        || {
+            let (hrs, namespaces) = (
+                flux::helm_releases(&ctx),
+                Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()),
+            );
+            async move {
+                let hr = hrs.get_opt("vworkspace-operator").await?.is_some();
+                let system = namespaces.get_opt(SYSTEM_NAMESPACE).await?.is_some();
+                Ok(if hr || system {
+                    Err(format!(
+                        "HelmRelease present: {hr}, {SYSTEM_NAMESPACE} present: {system}"
+                    ))
+                } else {
+                    Ok(())
+                })
+            }
+        },
+    )
+    .await;
+    let left =
+        bundle::cluster_objects_part_of("clusterroles.rbac.authorization.k8s.io", &["vworkspace-operator"]).await;
+    let left_bindings = bundle::cluster_objects_part_of(
+        "clusterrolebindings.rbac.authorization.k8s.io",
+        &["vworkspace-operator"],
+    )
+    .await;
+    deploy::kubectl(
+        &["delete", "clusterrolebinding", &installer, "--ignore-not-found"],
+        None,
+    )
+    .await?;
+    let release_role = e2e::repo_root().join("deploy/base/release-rbac/clusterrole.yaml");
+    deploy::kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=vws-cluster-up",
+            "-f",
+            &release_role.to_string_lossy(),
+        ],
+        None,
+    )
+    .await?;
+    result?;
+    gone?;
+    let (left, left_bindings) = (left?, left_bindings?);
+    assert!(
+        left.is_empty() && left_bindings.is_empty(),
+        "left behind: {left:?} {left_bindings:?}"
+    );
+    phase(started, "release uninstalled, nothing of the chart left behind");
+    Ok(())
+}
+
+/// The part of the chart test that may fail: install, the app controller Available, the
+/// demo app installed through it and answering.
+async fn chart_release_path(
+    ctx: &TestContext,
+    node: &str,
+    chart_repo: &str,
+    install: &[Value],
+    started: Instant,
+) -> anyhow::Result<()> {
+    let ns = ctx.namespace.as_str();
+    deploy::apply(&to_yaml(&install.iter().collect::<Vec<_>>())?, false).await?;
+    let hr = flux::wait_helm_release_ready(ctx, "vworkspace-operator", Duration::from_secs(300)).await?;
+    phase(
+        started,
+        &format!(
+            "the cluster's Flux installed the chart: {}",
+            e2e::conditions_summary(&hr)
+        ),
+    );
+    // Helm waited for the Deployment; on the real node, from its ServiceAccount token.
+    let pods = bundle::wait_available_on(ctx, SYSTEM_NAMESPACE, APP_CONTROLLER, node, bundle::ROLLOUT_TIMEOUT).await?;
+    for pod in &pods {
+        assert_eq!(
+            projected_token_mount(pod).map_err(|e| anyhow::anyhow!(e))?,
+            IN_CLUSTER_TOKEN_DIR
+        );
+        assert_eq!(other_credentials(pod), Vec::<String>::new());
+    }
+    let deployments: Vec<String> = Api::<Deployment>::namespaced(ctx.client.clone(), SYSTEM_NAMESPACE)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|d| d.metadata.name)
+        .collect();
+    assert_eq!(deployments, [APP_CONTROLLER], "app-only: the app controller alone");
+    assert!(
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(ctx.client.clone())
+            .get_opt(FLUX_NAMESPACE)
+            .await?
+            .is_none_or(
+                |n| n.metadata.labels.unwrap_or_default().get("app.kubernetes.io/part-of") != Some(&"flux".to_owned())
+            ),
+        "flux.enabled=false: no bundled Flux"
+    );
+    phase(started, "app-controller Available on the real node");
+
+    let greeting = format!("hello from the chart in {ns}");
+    let mut values = bundle::placement(node);
+    values["greeting"] = json!(greeting);
+    let mut app = e2e::apps::app("demo", "demo-app", "0.1.0", values);
+    if let Some(repo) = app.spec.chart.repository.as_mut() {
+        repo.url = chart_repo.to_owned();
+    }
+    e2e::apps::apply_app(ctx, &app).await?;
+    e2e::apps::wait_deployed(ctx, "demo", "InstallSucceeded", "0.1.0").await?;
+    let demo_pods = bundle::wait_available_on(ctx, ns, "demo", node, Duration::from_secs(60)).await?;
+    assert_eq!(demo_pods.len(), 1, "{}", pods_summary(&demo_pods));
+    let body = service_get(ctx, "demo").await?;
+    assert_eq!(body.trim(), greeting);
+    phase(
+        started,
+        "demo installed by the chart's app controller answers on its Service",
+    );
+
+    ctx.api::<ApplicationInstance>()
+        .delete("demo", &DeleteParams::default())
+        .await?;
+    eventually(ctx, "demo gone", Duration::from_secs(120), || {
+        let apps = ctx.api::<ApplicationInstance>();
+        async move {
+            Ok(match apps.get_opt("demo").await? {
+                None => Ok(()),
+                Some(_) => Err("ApplicationInstance still there".to_owned()),
+            })
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// GET / of Service `name` in the test namespace, by its ClusterIP (kube-proxy runs in the
+/// netns), until it answers 200.
+async fn service_get(ctx: &TestContext, name_: &str) -> anyhow::Result<String> {
+    let svc: Service = ctx.api().get(name_).await?;
+    let cluster_ip = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.clone())
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .ok_or_else(|| anyhow::anyhow!("Service {name_} has no ClusterIP"))?;
+    let port = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.first())
+        .map_or(80, |p| p.port);
+    let addr = format!("{cluster_ip}:{port}");
+    eventually(ctx, &format!("GET http://{addr}/"), Duration::from_secs(30), || {
+        let addr = addr.clone();
+        async move {
+            Ok(match http_get(&addr, "/").await {
+                Ok(body) => Ok(body),
+                Err(e) => Err(format!("{e:#}")),
+            })
+        }
+    })
+    .await
+}
