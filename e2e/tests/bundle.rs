@@ -29,7 +29,7 @@ use e2e::{
         self, BundleOptions, FLUX_NAMESPACE, InstalledBundle, OutOfClusterFluxStopped, RenderedBundle,
         other_credentials, pods_summary, projected_token_mount, restarts,
     },
-    deploy::{self, SYSTEM_NAMESPACE, http_get, kind, lease_holder, name, to_yaml},
+    deploy::{self, SYSTEM_NAMESPACE, http_get, kind, lease_holder, metric_sum, name, to_yaml},
     eventually, flux,
 };
 use k8s_openapi::api::{
@@ -251,7 +251,9 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
     );
 
     // Leader election between the two app-controller replicas: one holds the Lease, and it
-    // is a pod (the holder identity is the pod name, from the downward API).
+    // is a pod (the holder identity is the pod name, from the downward API); exactly that
+    // replica says it leads (`vworkspace_leader` 1 on its admin port, 0 on the other's).
+    let leader = wait_one_leader(&ctx).await?;
     let app_dep: Deployment = Api::namespaced(client.clone(), SYSTEM_NAMESPACE)
         .get(APP_CONTROLLER)
         .await?;
@@ -261,24 +263,6 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
         .filter_map(|p| p.metadata.name.clone())
         .collect();
     assert_eq!(app_pods.len(), 2, "{app_pods:?}");
-    let leader = eventually(
-        &ctx,
-        "an app-controller pod holds the Lease",
-        Duration::from_secs(60),
-        || {
-            let (client, app_pods) = (client.clone(), &app_pods);
-            async move {
-                Ok(
-                    match lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE).await? {
-                        Some(h) if app_pods.contains(&h) => Ok(h),
-                        other => Err(format!("holder {other:?}, pods {app_pods:?}")),
-                    },
-                )
-            }
-        },
-    )
-    .await?;
-    let follower = app_pods.iter().find(|p| **p != leader).cloned().unwrap_or_default();
     let lease: Lease = Api::namespaced(client.clone(), SYSTEM_NAMESPACE)
         .get(APP_CONTROLLER_LEASE)
         .await?;
@@ -290,25 +274,23 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
     assert!(lease_seconds > 0, "the Lease has a duration");
     // Stable: the follower never takes it while the leader lives.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE)
-            .await?
-            .as_deref(),
-        Some(leader.as_str())
-    );
-    phase(started, &format!("{leader} leads, {follower} follows"));
+    assert_eq!(wait_one_leader(&ctx).await?, leader);
+    phase(started, &format!("{leader} leads, the other replica follows"));
 
+    // Delete the leader's pod: within the lease duration a live replica holds the Lease. It
+    // is the follower, or the pod the Deployment starts in place of the deleted one, when
+    // that one asks first (the leader gives the Lease up as it stops; both then race for it).
     let deleted_at = Instant::now();
     Api::<Pod>::namespaced(client.clone(), SYSTEM_NAMESPACE)
         .delete(&leader, &DeleteParams::default())
         .await?;
     let within = Duration::from_secs(u64::try_from(lease_seconds)?);
-    eventually(&ctx, "the follower takes the Lease over", within, || {
-        let (client, follower) = (client.clone(), &follower);
+    let new_leader = eventually(&ctx, "another replica takes the Lease over", within, || {
+        let (client, leader) = (client.clone(), &leader);
         async move {
             Ok(
                 match lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE).await? {
-                    Some(h) if h == *follower => Ok(()),
+                    Some(h) if h != *leader && h.starts_with(APP_CONTROLLER) => Ok(h),
                     other => Err(format!("holder {other:?}")),
                 },
             )
@@ -316,17 +298,19 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
     })
     .await?;
     let takeover = deleted_at.elapsed();
+    // Two replicas again, and the Lease holder is the one replica that leads.
+    bundle::wait_available_on(&ctx, SYSTEM_NAMESPACE, APP_CONTROLLER, &node, bundle::ROLLOUT_TIMEOUT).await?;
+    assert_eq!(wait_one_leader(&ctx).await?, new_leader);
     phase(
         started,
-        &format!("{follower} took the Lease over {takeover:?} after {leader} was deleted (lease {lease_seconds}s)"),
-    );
-    // The Deployment replaces the pod; two replicas again, the new one a follower.
-    bundle::wait_available_on(&ctx, SYSTEM_NAMESPACE, APP_CONTROLLER, &node, bundle::ROLLOUT_TIMEOUT).await?;
-    assert_eq!(
-        lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE)
-            .await?
-            .as_deref(),
-        Some(follower.as_str())
+        &format!(
+            "{new_leader} took the Lease over {takeover:?} after {leader} was deleted (lease {lease_seconds}s; {})",
+            if app_pods.contains(&new_leader) {
+                "the follower"
+            } else {
+                "the replacement pod"
+            }
+        ),
     );
 
     // The product path, everything in pods: intent in the simulator → agent pod →
@@ -499,26 +483,8 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
     );
 
     // The chart's objects must not exist already: Helm would adopt them (and delete them on
-    // uninstall). Other test binaries apply the bundle's RBAC (no-flux) for their processes;
-    // remove it as their own cleanup does (they apply it again when they run).
-    let leftovers = deploy::render_docs("no-flux").await?;
-    let leftovers: Vec<&Value> = leftovers
-        .iter()
-        .filter(|d| kind(d) != "CustomResourceDefinition")
-        .collect();
-    deploy::kubectl(
-        &[
-            "delete",
-            "--ignore-not-found",
-            "--wait=true",
-            "--timeout=180s",
-            "-f",
-            "-",
-        ],
-        Some(&to_yaml(&leftovers)?),
-    )
-    .await?;
-    bundle::wait_namespace_usable(&client, SYSTEM_NAMESPACE, Duration::from_secs(180)).await?;
+    // uninstall).
+    remove_bundle_leftovers(&client).await?;
     phase(started, "no object of the bundle left from other tests");
 
     let installer = format!("e2e-vworkspace-installer-{ns}");
@@ -614,18 +580,7 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
         None,
     )
     .await?;
-    let release_role = e2e::repo_root().join("deploy/base/release-rbac/clusterrole.yaml");
-    deploy::kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=vws-cluster-up",
-            "-f",
-            &release_role.to_string_lossy(),
-        ],
-        None,
-    )
-    .await?;
+    restore_release_role().await?;
     result?;
     gone?;
     let (left, left_bindings) = (left?, left_bindings?);
@@ -646,7 +601,6 @@ async fn chart_release_path(
     install: &[Value],
     started: Instant,
 ) -> anyhow::Result<()> {
-    let ns = ctx.namespace.as_str();
     deploy::apply(&to_yaml(&install.iter().collect::<Vec<_>>())?, false).await?;
     let hr = flux::wait_helm_release_ready(ctx, "vworkspace-operator", Duration::from_secs(300)).await?;
     phase(
@@ -684,7 +638,20 @@ async fn chart_release_path(
     );
     phase(started, "app-controller Available on the real node");
 
-    let greeting = format!("hello from the chart in {ns}");
+    demo_app_through_the_api(ctx, node, chart_repo, "the chart's app controller").await?;
+    phase(
+        started,
+        "demo installed by the chart's app controller answers on its Service",
+    );
+    Ok(())
+}
+
+/// An ApplicationInstance applied with the API (the demo app on the real node, from the
+/// chart repository as pods reach it) becomes Ready, its pod runs on the real node and its
+/// Service answers with the greeting; deleting it removes the release.
+async fn demo_app_through_the_api(ctx: &TestContext, node: &str, chart_repo: &str, by: &str) -> anyhow::Result<()> {
+    let ns = ctx.namespace.as_str();
+    let greeting = format!("hello from {by} in {ns}");
     let mut values = bundle::placement(node);
     values["greeting"] = json!(greeting);
     let mut app = e2e::apps::app("demo", "demo-app", "0.1.0", values);
@@ -697,20 +664,18 @@ async fn chart_release_path(
     assert_eq!(demo_pods.len(), 1, "{}", pods_summary(&demo_pods));
     let body = service_get(ctx, "demo").await?;
     assert_eq!(body.trim(), greeting);
-    phase(
-        started,
-        "demo installed by the chart's app controller answers on its Service",
-    );
-
     ctx.api::<ApplicationInstance>()
         .delete("demo", &DeleteParams::default())
         .await?;
-    eventually(ctx, "demo gone", Duration::from_secs(120), || {
-        let apps = ctx.api::<ApplicationInstance>();
+    eventually(ctx, "demo and its release gone", Duration::from_secs(120), || {
+        let (apps, hrs) = (ctx.api::<ApplicationInstance>(), flux::helm_releases(ctx));
         async move {
-            Ok(match apps.get_opt("demo").await? {
-                None => Ok(()),
-                Some(_) => Err("ApplicationInstance still there".to_owned()),
+            let app = apps.get_opt("demo").await?.is_some();
+            let hr = hrs.get_opt("demo").await?.is_some();
+            Ok(if app || hr {
+                Err(format!("ApplicationInstance present: {app}, HelmRelease present: {hr}"))
+            } else {
+                Ok(())
             })
         }
     })
@@ -744,5 +709,181 @@ async fn service_get(ctx: &TestContext, name_: &str) -> anyhow::Result<String> {
             })
         }
     })
+    .await
+}
+
+/// Removes what other test binaries leave of the bundle: they apply its RBAC (the `no-flux`
+/// overlay's) for the controllers they run out of cluster, once per process, and leave it
+/// (they apply it again when they run). Waits until `vworkspace-system` is gone.
+async fn remove_bundle_leftovers(client: &kube::Client) -> anyhow::Result<()> {
+    let leftovers = deploy::render_docs("no-flux").await?;
+    let leftovers: Vec<&Value> = leftovers
+        .iter()
+        .filter(|d| kind(d) != "CustomResourceDefinition")
+        .collect();
+    deploy::kubectl(
+        &[
+            "delete",
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=180s",
+            "-f",
+            "-",
+        ],
+        Some(&to_yaml(&leftovers)?),
+    )
+    .await?;
+    bundle::wait_namespace_usable(client, SYSTEM_NAMESPACE, Duration::from_secs(180)).await
+}
+
+/// Applies the release ClusterRole again as `hack/cluster.sh up` does: the cluster's Flux
+/// needs it for every test's releases, and the bundle (which ships it) took it along when
+/// it was removed.
+async fn restore_release_role() -> anyhow::Result<()> {
+    let release_role = e2e::repo_root().join("deploy/base/release-rbac/clusterrole.yaml");
+    deploy::kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=vws-cluster-up",
+            "-f",
+            &release_role.to_string_lossy(),
+        ],
+        None,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The `app-only` overlay beside the cluster's own Flux (the out-of-cluster one, which keeps
+/// running), with the same changes as `full` above (placement, allow-list, the chart host):
+/// the app controller's pod becomes Available on the real node with its own ServiceAccount
+/// token, an ApplicationInstance applied with the API installs the demo app through the
+/// cluster's Flux, its pod answers on its Service, and removing the overlay leaves none of
+/// its objects behind.
+#[tokio::test]
+async fn app_only_overlay_beside_the_clusters_flux_runs_on_the_real_node() -> anyhow::Result<()> {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let node = bundle::real_node()?;
+    let ctx = TestContext::new("bundle-app-only").await?;
+    let ns = ctx.namespace.clone();
+    let client = ctx.client.clone();
+    anyhow::ensure!(
+        tokio::net::TcpStream::connect(OUT_OF_CLUSTER_HELM_CONTROLLER_HEALTH)
+            .await
+            .is_ok(),
+        "the cluster's (out-of-cluster) helm-controller is not running"
+    );
+    remove_bundle_leftovers(&client).await?;
+
+    let chart_repo = bundle::chart_repo_for_pods();
+    let args = [format!("--insecure-repository-hosts={}", bundle::url_host(&chart_repo))];
+    let rendered = RenderedBundle::render(
+        &ns,
+        &BundleOptions {
+            overlay: "app-only",
+            node: &node,
+            allowed_namespaces: &ns,
+            app_controller_replicas: 1,
+            app_controller_args: &args,
+        },
+    )
+    .await?;
+    assert_eq!(
+        rendered.deployments(),
+        [(SYSTEM_NAMESPACE.to_owned(), APP_CONTROLLER.to_owned())]
+    );
+    assert!(rendered.of_kind(&["CustomResourceDefinition"]).is_empty());
+    let to_install = rendered.without_crds();
+    let installed = InstalledBundle::new(&rendered.dir, &to_install, &ns)?;
+    installed.apply().await?;
+    phase(
+        started,
+        &format!("applied the {} objects of app-only", to_install.len()),
+    );
+
+    let result = async {
+        let pods =
+            bundle::wait_available_on(&ctx, SYSTEM_NAMESPACE, APP_CONTROLLER, &node, bundle::ROLLOUT_TIMEOUT).await?;
+        for pod in &pods {
+            assert_eq!(
+                projected_token_mount(pod).map_err(|e| anyhow::anyhow!(e))?,
+                IN_CLUSTER_TOKEN_DIR
+            );
+            assert_eq!(other_credentials(pod), Vec::<String>::new());
+        }
+        phase(started, "app-controller Available on the real node");
+        demo_app_through_the_api(&ctx, &node, &chart_repo, "the app-only overlay").await?;
+        phase(
+            started,
+            "demo installed through the cluster's Flux answers on its Service",
+        );
+        anyhow::Ok(())
+    }
+    .await;
+
+    let removed = installed.remove().await;
+    let restored = restore_release_role().await;
+    result?;
+    removed?;
+    restored?;
+    let left = bundle::still_present(&to_install).await?;
+    // The release ClusterRole is back (restore_release_role), as the cluster had it.
+    let left: Vec<&String> = left.iter().filter(|id| !id.ends_with(api::RELEASE_ROLE)).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let roles =
+        bundle::cluster_objects_part_of("clusterroles.rbac.authorization.k8s.io", &["vworkspace-operator"]).await?;
+    assert_eq!(
+        roles,
+        [format!("clusterrole.rbac.authorization.k8s.io/{}", api::RELEASE_ROLE)]
+    );
+    let bindings = bundle::cluster_objects_part_of(
+        "clusterrolebindings.rbac.authorization.k8s.io",
+        &["vworkspace-operator"],
+    )
+    .await?;
+    assert!(bindings.is_empty(), "left behind: {bindings:?}");
+    phase(started, "app-only removed, nothing left behind");
+    rendered.remove_dir();
+    Ok(())
+}
+
+/// Waits until the app controller's Lease is held by one of its pods and exactly that pod
+/// reports itself leader (`vworkspace_leader` on its admin port, by pod IP: the test runs
+/// in the node's netns), the other 0; returns its name.
+async fn wait_one_leader(ctx: &TestContext) -> anyhow::Result<String> {
+    let client = ctx.client.clone();
+    eventually(
+        ctx,
+        "one app-controller pod holds the Lease and leads",
+        Duration::from_secs(60),
+        || {
+            let client = client.clone();
+            async move {
+                let dep: Deployment = Api::namespaced(client.clone(), SYSTEM_NAMESPACE)
+                    .get(APP_CONTROLLER)
+                    .await?;
+                let holder = lease_holder(&client, SYSTEM_NAMESPACE, APP_CONTROLLER_LEASE).await?;
+                let mut gauges = Vec::new();
+                for pod in bundle::deployment_pods(&client, &dep).await? {
+                    let name_ = pod.metadata.name.clone().unwrap_or_default();
+                    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+                    let gauge = match http_get(&format!("{ip}:8080"), "/metrics").await {
+                        Ok(text) => metric_sum(&text, "vworkspace_leader", &[]),
+                        Err(_) => -1.0,
+                    };
+                    gauges.push((name_, gauge));
+                }
+                let leading: Vec<&String> = gauges.iter().filter(|(_, g)| *g == 1.0).map(|(n, _)| n).collect();
+                Ok(match &holder {
+                    Some(h) if gauges.len() == 2 && leading == [h] && gauges.iter().all(|(_, g)| *g >= 0.0) => {
+                        Ok(h.clone())
+                    }
+                    _ => Err(format!("Lease holder {holder:?}, vworkspace_leader per pod {gauges:?}")),
+                })
+            }
+        },
+    )
     .await
 }
