@@ -16,6 +16,7 @@
 //! | [`job`] | Which `Job` a Runbook runs, and what its conditions mean |
 //! | [`pod_security`] | Whether a Runbook's pod passes Pod Security `restricted`, with its compliant defaults and the runbook ServiceAccount |
 //! | [`release`] | What an Upgrade or Rollback sets, and what the relayed Flux status says about it |
+//! | [`release_flow`] | Where an Upgrade or Rollback stands and what the engine does next: explicit state machines (state in, action out) |
 //! | [`revisions`] | The application revision history a Rollback picks its target from |
 //! | [`names`] | Deterministic child names (≤ 63 chars, DNS-1123), the basis of crash safety |
 //! | [`meta`] | Labels, owner references and ownership checks shared by every child |
@@ -46,6 +47,7 @@ pub mod names;
 pub mod pod_security;
 mod progress;
 pub mod release;
+pub mod release_flow;
 pub mod revisions;
 pub mod snapshot;
 pub mod status;

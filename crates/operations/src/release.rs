@@ -2,7 +2,8 @@
 //! ApplicationInstance's relayed Flux status says about it (`docs/day-2-operations.md`,
 //! "Upgrade" and "Rollback").
 
-use api::{ApplicationInstance, conditions::types};
+use api::conditions::{operation_reasons, types};
+use api::{ApplicationInstance, SourceKind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::{Map, Value};
 
@@ -84,6 +85,25 @@ pub fn current_revision(history: &[AppRevision], app: &ApplicationInstance) -> O
         .filter(|r| DesiredState::of_revision(r) == now)
         .map(|r| r.number)
         .max()
+}
+
+/// The refusal of an Upgrade or Rollback of `app` when its chart comes from a source whose
+/// own spec pins the version (OCIRepository, HelmChart): changing `spec.chart.version`
+/// would change nothing.
+pub fn pinned_by_source(app: &ApplicationInstance) -> Option<crate::Outcome> {
+    let source = app.spec.chart.source_ref.as_ref()?;
+    matches!(source.kind, SourceKind::OciRepository | SourceKind::HelmChart).then(|| {
+        crate::Outcome::failed(
+            operation_reasons::NOT_SUPPORTED,
+            format!(
+                "the chart comes from a {} whose own spec pins the version; change the source instead",
+                serde_json::to_value(source.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ),
+        )
+    })
 }
 
 /// What the relayed Flux status says about a desired state the engine set.
