@@ -1,8 +1,8 @@
 //! The day-2 engines: one Operation controller runtime ([`runtime`]) shared by every
 //! engine, and one [`Driver`] per Operation type. The pure rules (lifecycle gate, status,
-//! child objects and their phase mappings, revision history) live in the `operations`
-//! crate; this crate is the thin layer that reads the cluster, calls them, applies what
-//! they return and writes the status they compute.
+//! child objects and their phase mappings, revision history, the Upgrade and Rollback
+//! state machines) live in the `operations` crate; this crate is the thin layer that reads
+//! the cluster, calls them, applies what they return and writes the status they compute.
 //!
 //! | Binary | Drivers |
 //! |---|---|

@@ -166,8 +166,10 @@ pub fn verdict(app: &ApplicationInstance, expected_version: &str) -> Verdict {
     {
         return failure(source);
     }
-    if is(ready, "False") && !reconciling {
-        return failure(released_failure.or(ready).expect("Ready is set"));
+    if let Some(ready) = ready.filter(|c| c.status == "False")
+        && !reconciling
+    {
+        return failure(released_failure.unwrap_or(ready));
     }
     let detail = ready
         .map(|c| format!("{}: {}", c.reason, c.message))
