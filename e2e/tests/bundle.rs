@@ -366,6 +366,49 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
     assert_eq!(body.trim(), greeting);
     phase(started, &format!("the demo Service answers {:?}", body.trim()));
 
+    // The controllers in pods also published demo's status changes to the agent's status
+    // channel: they reached it by its Service name (cluster DNS) and authenticated with the
+    // ServiceAccount tokens the kubelet projects for the channel's audience, which the agent
+    // checked with a TokenReview under its own ServiceAccount; none was refused.
+    let agent_dep: Deployment = Api::namespaced(client.clone(), SYSTEM_NAMESPACE).get("agent").await?;
+    let agent_ip = bundle::deployment_pods(&client, &agent_dep)
+        .await?
+        .first()
+        .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+        .ok_or_else(|| anyhow::anyhow!("the agent pod has no IP"))?;
+    let channel = eventually(
+        &ctx,
+        "status channel events at the agent",
+        Duration::from_secs(30),
+        || {
+            let addr = format!("{agent_ip}:8080");
+            async move {
+                let metrics = http_get(&addr, "/metrics").await?;
+                let count = |kind: &str| {
+                    metric_sum(
+                        &metrics,
+                        "vworkspace_agent_status_channel_events_total",
+                        &[&format!("kind=\"{kind}\"")],
+                    )
+                };
+                let (resync, object) = (count("resync"), count("object"));
+                let refused = metric_sum(&metrics, "vworkspace_agent_status_channel_refused_total", &[]);
+                let connected = metric_sum(&metrics, "vworkspace_agent_control_plane_connected", &[]);
+                Ok(
+                    if resync >= 1.0 && object >= 1.0 && refused == 0.0 && connected == 1.0 {
+                        Ok(format!("{resync} resyncs, {object} object events"))
+                    } else {
+                        Err(format!(
+                            "resync {resync}, object {object}, refused {refused}, control plane connected {connected}"
+                        ))
+                    },
+                )
+            }
+        },
+    )
+    .await?;
+    phase(started, &format!("status channel: {channel}, none refused"));
+
     // Deletion takes the same path back: the release and its pods go.
     sim.delete_app(&ns, "demo").await?;
     eventually(&ctx, "demo and its release gone", PRODUCT_TIMEOUT, || {
