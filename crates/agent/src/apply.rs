@@ -1,7 +1,9 @@
 //! The apply path: "apply this desired-state document, return its acknowledgement".
 //!
-//! [`apply_document`] is the one entry point, shared by pull mode (the sync loop) and,
-//! later, push mode (an HTTPS endpoint receiving the same document). It:
+//! [`apply_received`] is the one entry point, shared by pull mode (the sync loop) and push
+//! mode (the HTTPS endpoint receiving the same document): it runs [`apply_document`] and
+//! records what happened (logs, Events, metrics), so a document is handled the same way
+//! whichever way it came. [`apply_document`]:
 //!
 //! 1. validates the whole document ([`protocol::validate`]); an invalid one is refused
 //!    whole and nothing is applied;
@@ -13,15 +15,21 @@
 //!    / `spec.values` (an Operation owns them) is resolved by applying the rest of the spec
 //!    without those two fields and reporting the conflict with what is in force.
 //!
+//! A document that does not parse is refused whole ([`refuse_malformed`]) and
+//! acknowledged by the cursor [`cursor_of`] reads from it.
+//!
 //! [`Cluster`] abstracts the API server so the rules are unit-tested without one.
 
 use std::future::Future;
 
 use api::{ApplicationInstance, LABEL_MANAGED_BY, Operation};
+use controller_kit::WatchScope;
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
+    runtime::events::{Event, EventType, Recorder},
 };
 use operations::revisions::{self, AppRevision};
 use protocol::{
@@ -34,6 +42,8 @@ use protocol::{
     validate::validate_document,
 };
 use serde_json::{Value, json};
+
+use crate::health::AgentMetrics;
 
 /// The two fields an Operation may own on an ApplicationInstance (ADR 0004).
 pub const OPERATION_OWNED_FIELDS: [&str; 2] = [".spec.chart.version", ".spec.values"];
@@ -560,6 +570,131 @@ pub fn refuse_malformed(epoch: String, revision: u64, detail: String, now: Times
         message: Some(detail),
         processed_at: now,
         objects: Vec::new(),
+    }
+}
+
+/// The cursor (epoch, revision) of a document that does not parse, if one can be read:
+/// such a document is still acknowledged, as refused, so the control plane learns why.
+pub fn cursor_of(document: &Value) -> Option<(String, u64)> {
+    Some((
+        document.get("epoch")?.as_str()?.to_owned(),
+        document.get("revision")?.as_u64()?,
+    ))
+}
+
+/// The Event for an acknowledged object, when it exists to carry one.
+fn event_for(ack: &ObjectAck, revision: &protocol::Cursor) -> Option<(ObjectReference, Event)> {
+    let (type_, reason, action) = match ack.outcome {
+        ObjectOutcome::Conflict => (EventType::Warning, "IntentConflict", "Apply"),
+        ObjectOutcome::Deleted => (EventType::Normal, "DeletedByIntent", "Delete"),
+        ObjectOutcome::Refused => (EventType::Warning, "IntentRefused", "Apply"),
+        _ => return None,
+    };
+    // Refused objects that do not exist (e.g. outside the allow-list) have no uid.
+    let uid = ack.uid.clone()?;
+    let note = format!(
+        "control-plane revision {revision}: {}{}",
+        ack.reason.as_deref().map(|r| format!("{r}: ")).unwrap_or_default(),
+        ack.message.as_deref().unwrap_or_default()
+    );
+    let note: String = note.chars().take(1000).collect();
+    Some((
+        ObjectReference {
+            api_version: Some("vworkspace.io/v1alpha1".into()),
+            kind: Some(ack.kind.as_str().into()),
+            namespace: Some(ack.namespace.clone()),
+            name: Some(ack.name.clone()),
+            uid: Some(uid),
+            ..Default::default()
+        },
+        Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        },
+    ))
+}
+
+fn outcome_label(o: ObjectOutcome) -> &'static str {
+    match o {
+        ObjectOutcome::Applied => "applied",
+        ObjectOutcome::Unchanged => "unchanged",
+        ObjectOutcome::Conflict => "conflict",
+        ObjectOutcome::Deleted => "deleted",
+        ObjectOutcome::Absent => "absent",
+        ObjectOutcome::Refused => "refused",
+        ObjectOutcome::Failed => "failed",
+        ObjectOutcome::Unknown => "unknown",
+    }
+}
+
+/// Applies a received document through [`apply_document`] and records what happened:
+/// a log line per refused, failed or conflicting entry, Events on the objects touched,
+/// metrics. Both modes call it (pull from its sync loop, push from its endpoint), so a
+/// document is handled the same way whichever way it came; the caller decides first
+/// whether to apply at all ([`decide`]) and records the acknowledgement in its ledger.
+pub async fn apply_received<C: Cluster>(
+    cluster: &C,
+    scope: &WatchScope,
+    metrics: &AgentMetrics,
+    recorder: Option<&Recorder>,
+    doc: &DesiredState,
+) -> DocumentAck {
+    let cursor = doc.cursor();
+    let ack = apply_document(cluster, doc, |ns| scope.allows(ns), Timestamp::now).await;
+    for o in &ack.objects {
+        metrics.object(outcome_label(o.outcome));
+        match o.outcome {
+            ObjectOutcome::Refused | ObjectOutcome::Failed | ObjectOutcome::Conflict => {
+                tracing::warn!(
+                    revision = %cursor,
+                    object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
+                    outcome = outcome_label(o.outcome),
+                    reason = o.reason.as_deref().unwrap_or_default(),
+                    message = o.message.as_deref().unwrap_or_default(),
+                    "intent not applied as asked"
+                );
+            }
+            _ => tracing::debug!(
+                revision = %cursor,
+                object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
+                outcome = outcome_label(o.outcome),
+                "intent processed"
+            ),
+        }
+    }
+    if let Some(recorder) = recorder {
+        for (reference, event) in ack.objects.iter().filter_map(|o| event_for(o, &cursor)) {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "cannot publish an Event");
+            }
+        }
+    }
+    let label = document_label(ack.outcome);
+    metrics.document(label);
+    if ack.outcome == DocumentOutcome::Refused {
+        tracing::error!(
+            revision = %cursor,
+            reason = ack.reason.as_deref().unwrap_or_default(),
+            message = ack.message.as_deref().unwrap_or_default(),
+            "desired-state document refused whole; nothing applied"
+        );
+    } else {
+        tracing::info!(revision = %cursor, outcome = label, objects = ack.objects.len(), "desired state processed");
+    }
+    metrics.revision(cursor.revision);
+    ack
+}
+
+/// The metrics label of a document outcome.
+pub fn document_label(o: DocumentOutcome) -> &'static str {
+    match o {
+        DocumentOutcome::Applied => "applied",
+        DocumentOutcome::Incomplete => "incomplete",
+        DocumentOutcome::Refused => "refused",
+        DocumentOutcome::Unknown => "unknown",
     }
 }
 

@@ -7,26 +7,24 @@ use std::{sync::Arc, time::Duration};
 
 use controller_kit::{CancellationToken, LeaderGate, Redacted, WatchScope};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use protocol::{
     METHOD_REGISTER, METHOD_SYNC, PROTOCOL_VERSION,
     backoff::Backoff,
     error::ErrorClass,
     messages::{
-        AgentError, AgentInfo, ClusterIdentity, DesiredState, DocumentAck, DocumentOutcome, ObjectOutcome,
-        RegisterParams, RegisterResult, ResyncMarker, SyncParams, SyncResult,
+        AgentError, AgentInfo, ClusterIdentity, DocumentOutcome, RegisterParams, RegisterResult, ResyncMarker,
+        SyncParams, SyncResult,
     },
     revision::{AckLedger, Decision, decide},
 };
-use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::{
-    apply::{Cluster, apply_document, refuse_malformed},
+    apply::{Cluster, apply_received, cursor_of, refuse_malformed},
     client::{CallError, ControlPlaneClient},
     credentials::CredentialSource,
-    health::{AgentMetrics, Health, Transition},
+    health::{Health, Transition},
     status::{SharedStatus, Taken},
 };
 
@@ -76,41 +74,6 @@ pub struct SyncLoop<C: Cluster> {
     pub recorder: Option<Recorder>,
 }
 
-/// The Event for an acknowledged object, when it exists to carry one.
-fn event_for(ack: &protocol::ObjectAck, revision: &protocol::Cursor) -> Option<(ObjectReference, Event)> {
-    let (type_, reason, action) = match ack.outcome {
-        ObjectOutcome::Conflict => (EventType::Warning, "IntentConflict", "Apply"),
-        ObjectOutcome::Deleted => (EventType::Normal, "DeletedByIntent", "Delete"),
-        ObjectOutcome::Refused => (EventType::Warning, "IntentRefused", "Apply"),
-        _ => return None,
-    };
-    // Refused objects that do not exist (e.g. outside the allow-list) have no uid.
-    let uid = ack.uid.clone()?;
-    let note = format!(
-        "control-plane revision {revision}: {}{}",
-        ack.reason.as_deref().map(|r| format!("{r}: ")).unwrap_or_default(),
-        ack.message.as_deref().unwrap_or_default()
-    );
-    let note: String = note.chars().take(1000).collect();
-    Some((
-        ObjectReference {
-            api_version: Some("vworkspace.io/v1alpha1".into()),
-            kind: Some(ack.kind.as_str().into()),
-            namespace: Some(ack.namespace.clone()),
-            name: Some(ack.name.clone()),
-            uid: Some(uid),
-            ..Default::default()
-        },
-        Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
-        },
-    ))
-}
-
 struct Resync {
     id: String,
     batch: u32,
@@ -135,93 +98,6 @@ pub fn allowed_list(scope: &WatchScope) -> Vec<String> {
         list = vec![ns.to_owned()];
     }
     list
-}
-
-/// The cursor of a document that failed to parse, if one can be read.
-fn cursor_of(value: &Value) -> Option<(String, u64)> {
-    let d = value.get("desired")?;
-    Some((d.get("epoch")?.as_str()?.to_owned(), d.get("revision")?.as_u64()?))
-}
-
-fn outcome_label(o: ObjectOutcome) -> &'static str {
-    match o {
-        ObjectOutcome::Applied => "applied",
-        ObjectOutcome::Unchanged => "unchanged",
-        ObjectOutcome::Conflict => "conflict",
-        ObjectOutcome::Deleted => "deleted",
-        ObjectOutcome::Absent => "absent",
-        ObjectOutcome::Refused => "refused",
-        ObjectOutcome::Failed => "failed",
-        ObjectOutcome::Unknown => "unknown",
-    }
-}
-
-/// Applies a received document through [`apply_document`] and records what happened:
-/// a log line per refused, failed or conflicting entry, Events on the objects touched,
-/// metrics. Both modes call it (pull from its sync loop, push from its endpoint), so a
-/// document is handled the same way whichever way it came; the caller decides first
-/// whether to apply at all ([`decide`]) and records the acknowledgement in its ledger.
-pub async fn apply_received<C: Cluster>(
-    cluster: &C,
-    scope: &WatchScope,
-    metrics: &AgentMetrics,
-    recorder: Option<&Recorder>,
-    doc: &DesiredState,
-) -> DocumentAck {
-    let cursor = doc.cursor();
-    let ack = apply_document(cluster, doc, |ns| scope.allows(ns), Timestamp::now).await;
-    for o in &ack.objects {
-        metrics.object(outcome_label(o.outcome));
-        match o.outcome {
-            ObjectOutcome::Refused | ObjectOutcome::Failed | ObjectOutcome::Conflict => {
-                tracing::warn!(
-                    revision = %cursor,
-                    object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
-                    outcome = outcome_label(o.outcome),
-                    reason = o.reason.as_deref().unwrap_or_default(),
-                    message = o.message.as_deref().unwrap_or_default(),
-                    "intent not applied as asked"
-                );
-            }
-            _ => tracing::debug!(
-                revision = %cursor,
-                object = %format!("{}/{}/{}", o.kind.as_str(), o.namespace, o.name),
-                outcome = outcome_label(o.outcome),
-                "intent processed"
-            ),
-        }
-    }
-    if let Some(recorder) = recorder {
-        for (reference, event) in ack.objects.iter().filter_map(|o| event_for(o, &cursor)) {
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %e, "cannot publish an Event");
-            }
-        }
-    }
-    let label = document_label(ack.outcome);
-    metrics.document(label);
-    if ack.outcome == DocumentOutcome::Refused {
-        tracing::error!(
-            revision = %cursor,
-            reason = ack.reason.as_deref().unwrap_or_default(),
-            message = ack.message.as_deref().unwrap_or_default(),
-            "desired-state document refused whole; nothing applied"
-        );
-    } else {
-        tracing::info!(revision = %cursor, outcome = label, objects = ack.objects.len(), "desired state processed");
-    }
-    metrics.revision(cursor.revision);
-    ack
-}
-
-/// The metrics label of a document outcome.
-pub fn document_label(o: DocumentOutcome) -> &'static str {
-    match o {
-        DocumentOutcome::Applied => "applied",
-        DocumentOutcome::Incomplete => "incomplete",
-        DocumentOutcome::Refused => "refused",
-        DocumentOutcome::Unknown => "unknown",
-    }
 }
 
 impl<C: Cluster> SyncLoop<C> {
@@ -526,7 +402,7 @@ impl<C: Cluster> SyncLoop<C> {
                     error_class = ?e.classify(),
                     "the control plane's answer does not follow the protocol; nothing applied"
                 );
-                if let Some((epoch, revision)) = cursor_of(&value) {
+                if let Some((epoch, revision)) = value.get("desired").and_then(cursor_of) {
                     let ack = refuse_malformed(epoch, revision, e.to_string(), Timestamp::now());
                     self.health.metrics().document("refused");
                     ledger.record(ack);

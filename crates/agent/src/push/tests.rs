@@ -5,21 +5,35 @@ use std::{
     collections::BTreeMap,
     path::PathBuf,
     sync::{Arc, Mutex as StdMutex},
+    time::Duration,
 };
 
 use api::{ApplicationInstance, Operation};
-use axum::http::Request;
-use controller_kit::{Metrics, NamespacePolicy, Readiness};
+use axum::{
+    body::Body,
+    http::{HeaderMap, HeaderValue, Request, StatusCode, header},
+};
+use controller_kit::{CancellationToken, LeaderGate, Metrics, NamespacePolicy, Readiness, WatchScope};
+use jiff::Timestamp;
 use operations::revisions::AppRevision;
 use protocol::{
-    messages::{AgentMode, DocumentOutcome, ObjectKind, ObjectOutcome, ObjectReport, ObjectState},
+    error::{OdooError, names},
+    messages::{
+        AgentInfo, AgentMode, ClusterIdentity, DocumentAck, DocumentOutcome, ObjectKind, ObjectOutcome, ObjectReport,
+        ObjectState,
+    },
     report::deleted_report,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
-use super::*;
-use crate::{apply::ClusterError, health::AgentMetrics};
+use super::{auth::bearer, server::refresh_token, *};
+use crate::{
+    apply::{Cluster, ClusterError},
+    credentials::CredentialSource,
+    health::{AgentMetrics, Health},
+    status::SharedStatus,
+};
 
 /// An API server that keeps what is applied and counts writes.
 #[derive(Default)]
