@@ -181,10 +181,12 @@ impl SimProcess {
         Ok(())
     }
 
-    /// Stops the simulator (SIGKILL): the agent sees connection errors.
+    /// Stops the simulator (SIGTERM, as an orchestrator would): the agent sees connection
+    /// errors. The simulator saves its state file in the background and writes what is
+    /// pending on SIGTERM, so a [`Self::restart`] finds every change made before the stop.
     pub async fn stop(&mut self) -> anyhow::Result<()> {
         if let Some(mut p) = self.process.take() {
-            p.kill().await?;
+            p.terminate(Duration::from_secs(10)).await?;
         }
         Ok(())
     }

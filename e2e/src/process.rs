@@ -341,6 +341,27 @@ impl ControllerProcess {
         Ok(())
     }
 
+    /// Stops the process as an orchestrator does: SIGTERM, then SIGKILL if it is still
+    /// running after `grace`. Waits until it is gone; its exit is expected from now on.
+    pub async fn terminate(&mut self, grace: Duration) -> anyhow::Result<()> {
+        self.expect_exit();
+        let Some(pid) = self.pid() else { return Ok(()) };
+        // `kill` the command: no signal crate for one call.
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await
+            .with_context(|| format!("sending SIGTERM to {}", self.tracked.binary))?;
+        let deadline = tokio::time::Instant::now() + grace;
+        while sent.success() && tokio::time::Instant::now() < deadline {
+            if lock(&self.tracked.child).try_wait()?.is_some() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.kill().await
+    }
+
     /// Declares that the process may exit on its own (e.g. a replica that loses its
     /// Lease, or one started with flags it must refuse): waits ignore its exit.
     pub fn expect_exit(&self) {

@@ -1,12 +1,36 @@
 //! `odoo-sim`: a SIMULATOR of the Odoo control plane's side of the vWorkspace protocol
 //! (not Odoo). `odoo-sim serve` runs it; the other subcommands drive its admin API.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{future::IntoFuture as _, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use odoo_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// How long requests in flight may take to finish once a stop is asked.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Resolves on SIGTERM (how `hack/demo.sh`, the e2e harness and Kubernetes stop it) or
+/// ctrl-c.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGTERM; only ctrl-c stops gracefully"),
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
 
 #[derive(Parser)]
 #[command(
@@ -30,7 +54,8 @@ enum Command {
         /// Listen address.
         #[arg(long, default_value = "127.0.0.1:8069")]
         listen: SocketAddr,
-        /// Keep state in this JSON file (loaded at start, saved after every change).
+        /// Keep state in this JSON file (loaded at start, saved soon after every change and
+        /// at once on SIGTERM or ctrl-c).
         #[arg(long)]
         state_file: Option<PathBuf>,
         /// Create this cluster record at start (with --api-key-file) unless it exists.
@@ -180,12 +205,33 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!(addr = %listener.local_addr()?, "odoo-sim (a simulator of the vWorkspace control plane, not Odoo) listening");
             // Clusters given a push target are called from here.
             let pushing = tokio::spawn(odoo_sim::push::drive(sim.clone()));
-            axum::serve(listener, odoo_sim::router(sim))
-                .with_graceful_shutdown(async {
-                    let _ = tokio::signal::ctrl_c().await;
+            let stopping = Arc::new(Notify::new());
+            let serving = axum::serve(listener, odoo_sim::router(sim.clone()))
+                .with_graceful_shutdown({
+                    let stopping = stopping.clone();
+                    async move {
+                        stop_signal().await;
+                        stopping.notify_one();
+                    }
                 })
-                .await?;
+                .into_future();
+            tokio::pin!(serving);
+            tokio::select! {
+                served = &mut serving => served?,
+                () = stopping.notified() => {
+                    // Requests in flight finish (their changes are then saved), but a
+                    // hanging one (the `hang` fault) must not hold the exit.
+                    match tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await {
+                        Ok(served) => served?,
+                        Err(_) => tracing::warn!("requests still in flight after {SHUTDOWN_GRACE:?}; stopping anyway"),
+                    }
+                }
+            }
             pushing.abort();
+            let _ = pushing.await;
+            // The background writer may hold changes of the last moments: written now.
+            sim.shutdown().await?;
+            tracing::info!("odoo-sim stopped; state saved");
             Ok(())
         }
         Command::AddCluster { name, api_key_file } => {

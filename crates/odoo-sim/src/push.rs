@@ -145,7 +145,7 @@ impl Sim {
             Some(t) => s.push_targets.insert(cluster.to_owned(), t),
             None => s.push_targets.remove(cluster),
         };
-        self.save(&s);
+        self.schedule_save();
         drop(s);
         self.changed();
         Ok(())
@@ -184,7 +184,7 @@ impl Sim {
             tracing::warn!(%cluster, error = %message, "push: call to the agent failed");
         }
         link.last_error = Some(message);
-        self.save(&s);
+        self.schedule_save();
     }
 
     fn applied(&self, cluster: &str, ack: DocumentAck) {
@@ -206,7 +206,7 @@ impl Sim {
             }
         }
         record.store_ack(ack);
-        self.save(&s);
+        self.schedule_save();
     }
 
     /// Stores a `status` answer; `Ok(true)` when the agent restarted since the last one
@@ -248,7 +248,7 @@ impl Sim {
             link.last_error = None;
             link.status_calls += 1;
         }
-        self.save(&s);
+        self.schedule_save();
         Ok(restarted && !result.full)
     }
 }

@@ -5,6 +5,12 @@ use axum::{body::Body, http::Request};
 use http_body_util::BodyExt as _;
 use tower::ServiceExt as _;
 
+use protocol::{
+    PROTOCOL_VERSION,
+    messages::{DesiredState, ObjectState, RegisterResult, SyncResult},
+};
+use serde_json::{Value, json};
+
 use super::*;
 
 const KEY: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -303,6 +309,8 @@ async fn state_survives_a_restart_through_the_state_file() {
         register_params("uid-1"),
     )
     .await;
+    // What a graceful stop does before the process exits.
+    sim.shutdown().await.unwrap();
     let again = Sim::new(config).unwrap();
     let (s, _) = call(
         &again,
@@ -561,6 +569,7 @@ async fn a_push_target_is_checked_kept_across_restarts_and_its_token_never_shown
     let (s, body) = put(json!({"url": "https://agent:8443/", "token": token})).await;
     assert_eq!(s, 200, "{body}");
 
+    sim.shutdown().await.unwrap();
     let again = Sim::new(config).unwrap();
     let view = again.view("edge-1").unwrap();
     assert_eq!(view["mode"], "push");

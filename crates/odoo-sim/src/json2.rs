@@ -1,0 +1,355 @@
+//! The protocol, pull mode: `agent_register` and `agent_sync` with Odoo 19's JSON-2
+//! conventions (bearer API keys, the optional `X-Odoo-Database` header, Odoo's error
+//! objects and statuses), and the faults an admin can inject in front of them.
+
+use std::{sync::PoisonError, time::Duration};
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use jiff::Timestamp;
+use protocol::{
+    MODEL, PROTOCOL_VERSION, ProtocolVersion,
+    error::{OdooError, names},
+    messages::{Cursor, DesiredState, RegisterParams, RegisterResult, SyncParams, SyncResult},
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::{
+    Sim,
+    state::ClusterRecord,
+    stats::{SyncAtRest, header_bytes},
+};
+
+/// Most reports accepted per sync (as a real module would cap them).
+pub const MAX_REPORTS_PER_SYNC: usize = 500;
+
+/// Faults to inject.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Fault {
+    /// Normal service.
+    #[default]
+    None,
+    /// 503 with an HTML body, as a reverse proxy in front of a stopped Odoo answers.
+    Unavailable,
+    /// 500 with Odoo's error object.
+    ServerError,
+    /// No answer for `seconds`.
+    Hang {
+        /// How long.
+        seconds: u64,
+    },
+    /// 200 with a body that is not JSON.
+    Malformed,
+    /// 200 with a JSON body of `bytes` bytes.
+    Oversize {
+        /// Size of the answer.
+        bytes: usize,
+    },
+}
+
+pub(crate) fn odoo_error(status: StatusCode, name: &str, message: &str) -> Response {
+    let with_status = name.starts_with("werkzeug.").then_some(status.as_u16());
+    let mut body = OdooError::new(name, message, with_status);
+    body.debug = format!("Traceback (most recent call last):\n  (odoo-sim)\n{name}: {message}\n");
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+        serde_json::to_string(&body).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+pub(crate) fn json_ok(value: &impl Serialize) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+        serde_json::to_string(value).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+impl Sim {
+    pub(crate) fn document(record: &ClusterRecord) -> Option<Value> {
+        if record.revision == 0 {
+            return None;
+        }
+        if let Some(raw) = &record.raw_document {
+            let mut raw = raw.clone();
+            if let Some(obj) = raw.as_object_mut() {
+                obj.entry("epoch").or_insert_with(|| json!(record.epoch));
+                obj.entry("revision").or_insert_with(|| json!(record.revision));
+            }
+            return Some(raw);
+        }
+        let doc = DesiredState {
+            epoch: record.epoch.clone(),
+            revision: record.revision,
+            generated_at: Some(Timestamp::now()),
+            applications: record.applications.values().map(|(_, a)| a.clone()).collect(),
+            operations: record.operations.values().map(|(_, o)| o.clone()).collect(),
+            deletions: record.deletions.values().map(|(_, d)| d.clone()).collect(),
+        };
+        serde_json::to_value(doc).ok()
+    }
+
+    /// The cluster of the bearer key, if the key is known.
+    fn authenticate(&self, headers: &HeaderMap) -> Option<String> {
+        let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+        let (scheme, key) = value.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        self.lock().keys.get(key.trim()).cloned()
+    }
+
+    fn register(&self, cluster: &str, params: RegisterParams) -> Response {
+        let mut s = self.lock();
+        let Some(record) = s.clusters.get_mut(cluster) else {
+            return odoo_error(StatusCode::UNAUTHORIZED, names::UNAUTHORIZED, "Invalid apikey");
+        };
+        let now = Timestamp::now();
+        record.last_seen = Some(now);
+        if let Some(uid) = &record.uid
+            && *uid != params.cluster.uid
+        {
+            let message = format!("this API key belongs to cluster {} (uid {uid})", record.name);
+            return odoo_error(StatusCode::FORBIDDEN, names::CLUSTER_MISMATCH, &message);
+        }
+        record.uid = Some(params.cluster.uid.clone());
+        record.registered_at.get_or_insert(now);
+        record.agent = Some(params.agent);
+        record.allowed_namespaces = params.allowed_namespaces;
+        let result = RegisterResult {
+            protocol_version: PROTOCOL_VERSION,
+            cluster_id: record.id,
+            server_time: now,
+            sync_interval_seconds: self.config.sync_interval_seconds,
+            max_reports_per_sync: Some(MAX_REPORTS_PER_SYNC as u32),
+        };
+        self.schedule_save();
+        json_ok(&result)
+    }
+
+    fn sync(&self, cluster: &str, params: SyncParams) -> Response {
+        let mut s = self.lock();
+        let Some(record) = s.clusters.get_mut(cluster) else {
+            return odoo_error(StatusCode::UNAUTHORIZED, names::UNAUTHORIZED, "Invalid apikey");
+        };
+        let now = Timestamp::now();
+        record.last_seen = Some(now);
+        let Some(uid) = record.uid.clone() else {
+            return odoo_error(
+                StatusCode::NOT_FOUND,
+                names::CLUSTER_NOT_REGISTERED,
+                "call agent_register first",
+            );
+        };
+        if uid != params.cluster_uid {
+            let message = format!("this API key belongs to cluster {} (uid {uid})", record.name);
+            return odoo_error(StatusCode::FORBIDDEN, names::CLUSTER_MISMATCH, &message);
+        }
+        if params.reports.len() > MAX_REPORTS_PER_SYNC {
+            let message = format!(
+                "reports: at most {MAX_REPORTS_PER_SYNC} reports per call (got {})",
+                params.reports.len()
+            );
+            return odoo_error(StatusCode::UNPROCESSABLE_ENTITY, names::INVALID_PARAMS, &message);
+        }
+        let acks_received = params.acks.len();
+        for ack in params.acks {
+            record.store_ack(ack);
+        }
+        if let Some(marker) = &params.resync
+            && (marker.id != record.resync.id || marker.batch == 0)
+        {
+            record.resync.id = marker.id.clone();
+            record.resync.seen.clear();
+            record.resync.completed_at = None;
+        }
+        let reports_received = params.reports.len();
+        record.store_reports(params.reports, params.resync.is_some(), now);
+        if let Some(marker) = &params.resync
+            && marker.last_batch
+        {
+            record.complete_resync(now);
+        }
+        let carried_nothing_up =
+            reports_received == 0 && acks_received == 0 && params.resync.is_none() && params.last_error.is_none();
+        if params.last_error.is_some() {
+            record.last_agent_error = params.last_error;
+        }
+        record.syncs += 1;
+        let current = Cursor {
+            epoch: record.epoch.clone(),
+            revision: record.revision,
+        };
+        let desired = if params.known.as_ref() == Some(&current) {
+            None
+        } else {
+            Self::document(record)
+        };
+        self.schedule_save();
+        let mut result = serde_json::to_value(SyncResult {
+            protocol_version: PROTOCOL_VERSION,
+            server_time: now,
+            desired: None,
+            resync_requested: false,
+            next_sync_seconds: None,
+        })
+        .unwrap_or_default();
+        let at_rest = carried_nothing_up && desired.is_none();
+        if let Some(d) = desired {
+            // Raw documents may deliberately not parse as a DesiredState.
+            result["desired"] = d;
+        }
+        drop(s);
+        self.count_reports(reports_received);
+        let mut response = json_ok(&result);
+        if at_rest {
+            response.extensions_mut().insert(SyncAtRest);
+        }
+        response
+    }
+
+    pub(crate) async fn json2(&self, model: &str, method: &str, headers: &HeaderMap, body: &Bytes) -> Response {
+        let fault = self.fault.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        match fault {
+            Fault::None => {}
+            Fault::Unavailable => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::CONTENT_TYPE, "text/html")],
+                    "<html><body><h1>503 Service Unavailable</h1></body></html>",
+                )
+                    .into_response();
+            }
+            Fault::ServerError => {
+                return odoo_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "psycopg2.OperationalError",
+                    "internal server error",
+                );
+            }
+            Fault::Hang { seconds } => tokio::time::sleep(Duration::from_secs(seconds)).await,
+            Fault::Malformed => {
+                return (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    "{\"protocol_version\": \"1.0\", \"desired\": ",
+                )
+                    .into_response();
+            }
+            Fault::Oversize { bytes } => {
+                let filler = "x".repeat(bytes);
+                return json_ok(&json!({"protocol_version": "1.0", "filler": filler}));
+            }
+        }
+        if let (Some(want), Some(got)) = (
+            &self.config.database,
+            headers.get("x-odoo-database").and_then(|v| v.to_str().ok()),
+        ) && want != got
+        {
+            return odoo_error(
+                StatusCode::NOT_FOUND,
+                names::NOT_FOUND,
+                &format!("database {got:?} not found"),
+            );
+        }
+        let Some(cluster) = self.authenticate(headers) else {
+            return odoo_error(StatusCode::UNAUTHORIZED, names::UNAUTHORIZED, "Invalid apikey");
+        };
+        if model != MODEL {
+            return odoo_error(
+                StatusCode::NOT_FOUND,
+                names::NOT_FOUND,
+                &format!("the model {model:?} does not exist"),
+            );
+        }
+        let params: Value = match serde_json::from_slice(body) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => {
+                return odoo_error(
+                    StatusCode::BAD_REQUEST,
+                    names::BAD_REQUEST,
+                    "could not parse the body, expecting a json object",
+                );
+            }
+            Err(e) => {
+                return odoo_error(
+                    StatusCode::BAD_REQUEST,
+                    names::BAD_REQUEST,
+                    &format!("could not parse the body as json: {e}"),
+                );
+            }
+        };
+        let version = params
+            .get("protocol_version")
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse::<ProtocolVersion>().ok());
+        if let Some(v) = version
+            && !v.is_compatible_with(PROTOCOL_VERSION)
+        {
+            let message = format!(
+                "protocol version {v} is not supported; this server speaks {}.x",
+                PROTOCOL_VERSION.major
+            );
+            return odoo_error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                names::PROTOCOL_VERSION_MISMATCH,
+                &message,
+            );
+        }
+        let unprocessable = |e: serde_json::Error| {
+            odoo_error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                names::UNPROCESSABLE_ENTITY,
+                &format!("{method}() got invalid arguments: {e}"),
+            )
+        };
+        match method {
+            protocol::METHOD_REGISTER => match serde_json::from_value(params) {
+                Ok(p) => self.register(&cluster, p),
+                Err(e) => unprocessable(e),
+            },
+            protocol::METHOD_SYNC => match serde_json::from_value(params) {
+                Ok(p) => self.sync(&cluster, p),
+                Err(e) => unprocessable(e),
+            },
+            other => odoo_error(
+                StatusCode::NOT_FOUND,
+                names::NOT_FOUND,
+                &format!("The method '{other}' does not exist on the model '{MODEL}'"),
+            ),
+        }
+    }
+}
+
+/// `POST /json/2/{model}/{method}`: the call answered, logged and counted.
+pub(crate) async fn handler(
+    State(sim): State<Sim>,
+    Path((model, method)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let response = sim.json2(&model, &method, &headers, &body).await;
+    tracing::info!(%model, %method, status = response.status().as_u16(), "json-2 call");
+    let request_line = format!("POST {} HTTP/1.1\r\n", protocol::json2_path(&model, &method)).len();
+    let request = (body.len() as u64, (request_line + header_bytes(&headers)) as u64);
+    sim.count(if model == MODEL { &method } else { "" }, request, &response);
+    response
+}
+
+/// Any other `/json/2` path or method.
+pub(crate) async fn not_found() -> Response {
+    odoo_error(
+        StatusCode::NOT_FOUND,
+        names::NOT_FOUND,
+        "Did you mean POST /json/2/<model>/<method>?",
+    )
+}
