@@ -288,24 +288,30 @@ impl InstalledBundle {
         Ok(())
     }
 
-    /// `kubectl delete` of every installed object, waiting until they are gone (namespaces
-    /// included, so every pod of the bundle has terminated).
-    pub async fn remove(mut self) -> anyhow::Result<()> {
+    /// `kubectl delete` of every installed object, then waits until none exists (namespaces
+    /// included, so every pod of the bundle has terminated); on timeout the error names
+    /// what is left. Give it minutes: while other tests were deleting namespaces too,
+    /// `flux-system` stayed Terminating for about 5 minutes after its status said all its
+    /// content was removed (kube-controller-manager's namespace controller finalizes it
+    /// late; alone, the whole bundle goes in about 20 s).
+    pub async fn remove(mut self, ctx: &TestContext, timeout: Duration) -> anyhow::Result<()> {
         self.removed = true;
         let file = self.file.to_string_lossy().into_owned();
-        kubectl(
-            &[
-                "delete",
-                "--ignore-not-found",
-                "--wait=true",
-                "--timeout=300s",
-                "-f",
-                &file,
-            ],
-            None,
-        )
-        .await?;
-        Ok(())
+        kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", &file], None).await?;
+        let docs = crate::yaml_documents(&std::fs::read_to_string(&self.file)?)?;
+        let docs: Vec<&Value> = docs.iter().collect();
+        eventually(ctx, "every object of the bundle deleted", timeout, || {
+            let docs = &docs;
+            async move {
+                let left = still_present(docs).await?;
+                Ok(if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("still present: {left:?}"))
+                })
+            }
+        })
+        .await
     }
 }
 

@@ -11,8 +11,10 @@
 //!
 //! The out-of-cluster Flux of `hack/cluster.sh` is stopped for the test (the bundle brings
 //! its own; two helm-controllers would fight over the HelmReleases) and always started
-//! again at the end, also when the test fails. Run it alone (`--test bundle`): other tests
-//! in the same run would find no Flux while it runs.
+//! again at the end, also when the test fails. Run no other e2e binary at the same time
+//! (`just e2e` runs one binary at a time): it would find no Flux while that test runs, and
+//! these tests remove the bundle's RBAC, which the other binaries' controllers run under
+//! (`deploy::ensure_bundle_rbac` applies it once per process).
 //!
 //! CRDs are not part of what is installed and removed: ours (`deploy/crds/`) and Flux's are
 //! applied by `hack/cluster.sh up` and the rest of the suite needs them (deleting Flux's CRDs
@@ -50,6 +52,8 @@ const IN_CLUSTER_TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccoun
 /// The out-of-cluster helm-controller's health endpoint (`hack/cluster.sh`).
 const OUT_OF_CLUSTER_HELM_CONTROLLER_HEALTH: &str = "127.0.0.1:19441";
 const PRODUCT_TIMEOUT: Duration = Duration::from_secs(240);
+/// How long removing a bundle may take (see `InstalledBundle::remove`).
+const REMOVAL_TIMEOUT: Duration = Duration::from_secs(600);
 /// The chart repository as the test process (and the cluster's out-of-cluster Flux) reach it.
 const CHART_REPO_ADDR: &str = "127.0.0.1:18879";
 
@@ -150,7 +154,7 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
     .await?;
 
     for system_ns in [SYSTEM_NAMESPACE, FLUX_NAMESPACE] {
-        bundle::wait_namespace_usable(&client, system_ns, Duration::from_secs(180)).await?;
+        bundle::wait_namespace_usable(&client, system_ns, REMOVAL_TIMEOUT).await?;
     }
 
     // The simulator of Odoo runs outside the cluster, on the node IP so the agent's pod
@@ -448,7 +452,7 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
     // Remove the bundle: none of its objects is left, nor anything else labelled as ours
     // or the bundled Flux's among the cluster-scoped kinds it installs. CRDs stay.
     let removed_from = Instant::now();
-    installed.remove().await?;
+    installed.remove(&ctx, REMOVAL_TIMEOUT).await?;
     let left = bundle::still_present(&to_install).await?;
     assert!(left.is_empty(), "left behind: {left:?}");
     for resource in [
@@ -588,28 +592,23 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
     let _ = flux::helm_releases(&ctx)
         .delete("vworkspace-operator", &DeleteParams::default())
         .await;
-    let gone = eventually(
-        &ctx,
-        "the operator's release uninstalled",
-        Duration::from_secs(180),
-        || {
-            let (hrs, namespaces) = (
-                flux::helm_releases(&ctx),
-                Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()),
-            );
-            async move {
-                let hr = hrs.get_opt("vworkspace-operator").await?.is_some();
-                let system = namespaces.get_opt(SYSTEM_NAMESPACE).await?.is_some();
-                Ok(if hr || system {
-                    Err(format!(
-                        "HelmRelease present: {hr}, {SYSTEM_NAMESPACE} present: {system}"
-                    ))
-                } else {
-                    Ok(())
-                })
-            }
-        },
-    )
+    let gone = eventually(&ctx, "the operator's release uninstalled", REMOVAL_TIMEOUT, || {
+        let (hrs, namespaces) = (
+            flux::helm_releases(&ctx),
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()),
+        );
+        async move {
+            let hr = hrs.get_opt("vworkspace-operator").await?.is_some();
+            let system = namespaces.get_opt(SYSTEM_NAMESPACE).await?.is_some();
+            Ok(if hr || system {
+                Err(format!(
+                    "HelmRelease present: {hr}, {SYSTEM_NAMESPACE} present: {system}"
+                ))
+            } else {
+                Ok(())
+            })
+        }
+    })
     .await;
     let left =
         bundle::cluster_objects_part_of("clusterroles.rbac.authorization.k8s.io", &["vworkspace-operator"]).await;
@@ -765,18 +764,11 @@ async fn remove_bundle_leftovers(client: &kube::Client) -> anyhow::Result<()> {
         .filter(|d| kind(d) != "CustomResourceDefinition")
         .collect();
     deploy::kubectl(
-        &[
-            "delete",
-            "--ignore-not-found",
-            "--wait=true",
-            "--timeout=180s",
-            "-f",
-            "-",
-        ],
+        &["delete", "--ignore-not-found", "--wait=false", "-f", "-"],
         Some(&to_yaml(&leftovers)?),
     )
     .await?;
-    bundle::wait_namespace_usable(client, SYSTEM_NAMESPACE, Duration::from_secs(180)).await
+    bundle::wait_namespace_usable(client, SYSTEM_NAMESPACE, REMOVAL_TIMEOUT).await
 }
 
 /// Applies the release ClusterRole again as `hack/cluster.sh up` does: the cluster's Flux
@@ -866,7 +858,7 @@ async fn app_only_overlay_beside_the_clusters_flux_runs_on_the_real_node() -> an
     }
     .await;
 
-    let removed = installed.remove().await;
+    let removed = installed.remove(&ctx, REMOVAL_TIMEOUT).await;
     let restored = restore_release_role().await;
     result?;
     removed?;
