@@ -12,6 +12,10 @@
 # module's push side, calls the agent's endpoint with the document and polls its status
 # (plain http with --push-insecure-http: a development setting, as --insecure-allow-http
 # is for pull mode).
+# The sample app's pods run on the cluster's real node (real-node-0: containerd, runc,
+# kubelet), from images built here (hack/build-images.sh, never pulled), and the demo
+# asks its Service for the greeting after each step. With VWS_REAL_NODE=0 (no real node)
+# they land on the fake kwok node instead, and nothing answers.
 # Leaves everything running; `just cluster-down` stops it all.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
@@ -47,6 +51,22 @@ for b in "${BINARIES[@]}"; do
   [[ -x $BIN/$b ]] || die "cargo build did not produce $BIN/$b"
 done
 mkdir -p "$CLUSTER_DIR/logs" "$CLUSTER_DIR/pids" "$CLUSTER_DIR/demo"
+SPEC="$CLUSTER_DIR/demo/demo-app.json"
+if [[ ${VWS_REAL_NODE:-0} != 0 ]]; then
+  log "building the sample app's images and importing them into $VWS_REAL_NODE"
+  images=$(VWS_IMAGES=test "$HACK_DIR/build-images.sh" "$CLUSTER_DIR/demo/images")
+  "$HACK_DIR/cluster.sh" load-images "$images"/*.oci.tar
+  # The sample intent, placed on the real node (its taint keeps every other pod off it).
+  python3 - e2e/samples/demo-app.json "$VWS_REAL_NODE" > "$SPEC" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["values"]["nodeSelector"] = {"kubernetes.io/hostname": sys.argv[2]}
+spec["values"]["tolerations"] = [{"key": "vws.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}]
+print(json.dumps(spec))
+PY
+else
+  cp e2e/samples/demo-app.json "$SPEC"
+fi
 
 # Every process the demo depends on (the cluster's and its own): if one exits, the demo
 # stops at once and shows that process's log instead of waiting for a state that
@@ -152,6 +172,21 @@ follow() {
   done
 }
 step() { echo >&2; log "── $* ──"; STEP_T0=$SECONDS; }
+# served EXPECTED: the app's pods on the real node answer on its Service with EXPECTED
+# (through kube-proxy; a rollout may still be replacing pods, so a few tries).
+served() {
+  [[ ${VWS_REAL_NODE:-0} != 0 ]] || return 0
+  local ip body=""
+  ip=$(kubectl_ get service "$APP" -n "$NS" -o jsonpath='{.spec.clusterIP}')
+  for _ in $(seq 60); do
+    body=$(in_ns curl -fsS -m 2 "http://$ip/" 2>/dev/null || true)
+    [[ $body == "$1" ]] && break
+    sleep 0.5
+  done
+  kubectl_ get pods -n "$NS" -l app.kubernetes.io/instance="$APP" -o wide
+  [[ $body == "$1" ]] || die "the Service $NS/$APP ($ip) answered '${body}', expected '$1'"
+  log "GET http://$ip/ (Service $NS/$APP, pods on $VWS_REAL_NODE): $body"
+}
 step_done() { log "   done in $((SECONDS - STEP_T0))s: $*"; }
 
 # The namespace is the cluster owner's: the agent applies only inside its allow-list.
@@ -168,12 +203,13 @@ if kubectl_ get applicationinstance -n "$NS" "$APP" >/dev/null 2>&1; then
 fi
 
 step "install: Odoo declares $NS/$APP (chart demo-app 0.1.0); the agent pulls it, Flux installs it ($MODE mode)"
-sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec e2e/samples/demo-app.json >/dev/null
+sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec "$SPEC" >/dev/null
 follow ApplicationInstance "$APP" ready 180
 step_done "$FOLLOWED"
 kubectl_ get applicationinstances,helmreleases,helmrepositories -n "$NS"
 kubectl_ get deployments,configmaps -n "$NS" -l app.kubernetes.io/instance="$APP"
 log "greeting rendered by the chart: $(kubectl_ get configmap "$APP-config" -n "$NS" -o jsonpath='{.data.greeting}')"
+served "Hello from vWorkspace"
 
 # Day-2. Operation names and request ids are new on each run (Operations are immutable,
 # and a replayed requestId ends DuplicateRequest without acting).
@@ -200,8 +236,9 @@ follow Operation "$APP-upgrade-$RUN" 'succeeded|failed|expired|refused' 240
 # As protocol.md asks: the Operation now owns the version (the agent acknowledges the old
 # intent as a conflict), so Odoo adopts what is in force.
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); s["chart"]["version"]="0.2.0"; s["values"]["greeting"]=sys.argv[2]; print(json.dumps(s))' \
-  e2e/samples/demo-app.json "Hello again, from demo-app 0.2.0" | sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec - >/dev/null
+  "$SPEC" "Hello again, from demo-app 0.2.0" | sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec - >/dev/null
 follow ApplicationInstance "$APP" ready 120
+served "Hello again, from demo-app 0.2.0"
 step_done "greeting now: $(kubectl_ get configmap "$APP-config" -n "$NS" -o jsonpath='{.data.greeting}')"
 
 step "failing upgrade: Odoo asks for demo-app 0.3.0 (broken on purpose) with backupFirst and onFailure RollbackAndRestore"
@@ -211,6 +248,7 @@ follow Operation "$APP-broken-$RUN" 'succeeded|failed|expired|refused' 420
   || die "the broken upgrade should fail with UpgradeFailed after its rollback and restore: $FOLLOWED"
 follow ApplicationInstance "$APP" ready 120
 [[ $FOLLOWED == *"deployed 0.2.0"* ]] || die "the app is not back on 0.2.0: $FOLLOWED"
+served "Hello again, from demo-app 0.2.0"
 step_done "rolled back to 0.2.0 and restored from the pre-upgrade backup; greeting: $(kubectl_ get configmap "$APP-config" -n "$NS" -o jsonpath='{.data.greeting}')"
 
 echo >&2

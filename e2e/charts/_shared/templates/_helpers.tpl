@@ -67,7 +67,7 @@ The Deployment used by demo-app, hook-app and broken-app: named <release>,
 Running/Ready without any container runtime (kwok ignores volumes and probes).
 On a real node the image (hack/build-images.sh) runs `busybox httpd` on :8080
 serving /www, where the <release>-config ConfigMap's key `greeting` is
-index.html; the readiness probe GETs it.
+index.html; the readiness probe GETs it. A new greeting rolls the pods.
 */ -}}
 {{- define "e2e.deployment" -}}
 apiVersion: apps/v1
@@ -87,6 +87,10 @@ spec:
       labels:
         {{- include "e2e.labels" . | nindent 8 }}
         app.kubernetes.io/component: server
+      annotations:
+        # A new greeting rolls the pods: a mounted ConfigMap alone changes in them only
+        # at the kubelet's next sync (up to a minute later).
+        checksum/greeting: {{ .Values.greeting | toString | sha256sum | trunc 16 | quote }}
     spec:
       automountServiceAccountToken: false
       {{- with include "e2e.podScheduling" . | trim }}{{ . | nindent 6 }}{{ end }}
