@@ -817,6 +817,12 @@ fn child_request_ids_stay_valid() {
 }
 
 #[test]
+fn cuts_respect_char_boundaries() {
+    assert_eq!(upgrade::prefix_within("héllo", 2), "h");
+    assert_eq!(upgrade::prefix_within("abc", 10), "abc");
+}
+
+#[test]
 fn child_states_tell_ours_from_foreign() {
     let op = upgrade_op(Some(params(true, None)));
     let id = id_of(&op);

@@ -745,7 +745,7 @@ pub fn child_request_id(parent: &str, suffix: &str) -> String {
 }
 
 /// The longest prefix of `text` within `max_bytes` that ends on a character boundary.
-fn prefix_within(text: &str, max_bytes: usize) -> &str {
+pub(super) fn prefix_within(text: &str, max_bytes: usize) -> &str {
     let mut end = text.len().min(max_bytes);
     while !text.is_char_boundary(end) {
         end -= 1;
