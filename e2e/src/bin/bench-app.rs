@@ -20,8 +20,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use api::ApplicationInstance;
+use clap::Parser;
 use e2e::{
     apps::app,
     assert_loopback_only,
@@ -44,31 +45,28 @@ use kube::{
 const SCOPE: &str = "bench-app";
 const CREATE_CONCURRENCY: usize = 16;
 
+/// App-controller figures on the real local cluster (printed, never asserted).
+#[derive(Parser)]
+#[command(name = "bench-app")]
 struct Args {
+    /// ApplicationInstances created.
+    #[arg(long, default_value_t = 100)]
     apps: usize,
+    /// Create them suspended: materialisation only, no Helm install.
+    #[arg(long)]
     suspended: bool,
+    /// Skip the Flux-alone baseline (the same objects applied directly).
+    #[arg(long)]
     skip_baseline: bool,
-    timeout: Duration,
+    /// Longest wait for each phase, seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout_secs: u64,
 }
 
-fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args {
-        apps: 100,
-        suspended: false,
-        skip_baseline: false,
-        timeout: Duration::from_secs(1800),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--apps" => args.apps = it.next().context("--apps N")?.parse()?,
-            "--suspended" => args.suspended = true,
-            "--skip-baseline" => args.skip_baseline = true,
-            "--timeout-secs" => args.timeout = Duration::from_secs(it.next().context("--timeout-secs N")?.parse()?),
-            other => bail!("unknown argument {other}"),
-        }
+impl Args {
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
     }
-    Ok(args)
 }
 
 /// First client-side time each object was seen Ready=True for its current generation.
@@ -143,8 +141,9 @@ fn bench_app(i: usize, suspended: bool) -> ApplicationInstance {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Arguments first: `--help` and a bad flag answer outside the cluster's netns too.
+    let args = Args::parse();
     assert_loopback_only();
-    let args = parse_args()?;
     let client = client().await?;
     let n = args.apps;
     let mode = if args.suspended {
@@ -226,21 +225,25 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let created = start.elapsed();
 
-    let mirrored = wait_until("every HelmRelease to exist and be mirrored", args.timeout, async || {
-        let hrs = hr_api.list(&ListParams::default()).await?.items.len();
-        let mirrored = ais
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|a| {
-                let s = a.status.as_ref();
-                s.and_then(|s| s.engine_ref.as_ref()).is_some()
-                    && s.and_then(|s| s.observed_generation) == a.metadata.generation
-            })
-            .count();
-        Ok(hrs == n && mirrored == n)
-    })
+    let mirrored = wait_until(
+        "every HelmRelease to exist and be mirrored",
+        args.timeout(),
+        async || {
+            let hrs = hr_api.list(&ListParams::default()).await?.items.len();
+            let mirrored = ais
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|a| {
+                    let s = a.status.as_ref();
+                    s.and_then(|s| s.engine_ref.as_ref()).is_some()
+                        && s.and_then(|s| s.observed_generation) == a.metadata.generation
+                })
+                .count();
+            Ok(hrs == n && mirrored == n)
+        },
+    )
     .await?;
     let mirrored = start.elapsed().max(mirrored);
     println!(
@@ -252,7 +255,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut operator_total = None;
     if !args.suspended {
-        wait_until("every ApplicationInstance Ready", args.timeout, async || {
+        wait_until("every ApplicationInstance Ready", args.timeout(), async || {
             Ok(ai_ready.lock().expect("lock").len() >= n)
         })
         .await?;
@@ -292,7 +295,7 @@ async fn main() -> anyhow::Result<()> {
     while stable_since.elapsed() < Duration::from_secs(10) {
         check_processes("the ApplicationInstances to settle")?;
         anyhow::ensure!(
-            settle_start.elapsed() < args.timeout,
+            settle_start.elapsed() < args.timeout(),
             "ApplicationInstances never settled"
         );
         let versions: String = ais
@@ -379,7 +382,7 @@ async fn main() -> anyhow::Result<()> {
             .buffer_unordered(CREATE_CONCURRENCY)
             .try_collect::<Vec<_>>()
             .await?;
-        wait_until("every baseline HelmRelease Ready", args.timeout, async || {
+        wait_until("every baseline HelmRelease Ready", args.timeout(), async || {
             Ok(base_ready.lock().expect("lock").len() >= n)
         })
         .await?;

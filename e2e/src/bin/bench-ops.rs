@@ -20,8 +20,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use api::{ApplicationInstance, Operation};
+use clap::Parser;
 use e2e::{
     apps::app,
     assert_loopback_only,
@@ -45,32 +46,28 @@ const SCOPE: &str = "bench-ops";
 const NAMESPACE: &str = "bench-ops";
 const CREATE_CONCURRENCY: usize = 16;
 
+/// Runbook-engine figures on the real local cluster (printed, never asserted).
+#[derive(Parser)]
+#[command(name = "bench-ops")]
 struct Args {
+    /// Runbook Operations created.
+    #[arg(long, default_value_t = 200)]
     ops: usize,
+    /// ApplicationInstances the Operations are spread over.
+    #[arg(long, default_value_t = 20)]
     apps: usize,
+    /// The runbook-engine's `--concurrency`.
+    #[arg(long, default_value_t = 16)]
     concurrency: u16,
-    timeout: Duration,
+    /// Longest wait for every Operation to end, seconds.
+    #[arg(long, default_value_t = 900)]
+    timeout_secs: u64,
 }
 
-fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args {
-        ops: 200,
-        apps: 20,
-        concurrency: 16,
-        timeout: Duration::from_secs(900),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--ops" => args.ops = it.next().context("--ops N")?.parse()?,
-            "--apps" => args.apps = it.next().context("--apps N")?.parse()?,
-            "--concurrency" => args.concurrency = it.next().context("--concurrency N")?.parse()?,
-            "--timeout-secs" => args.timeout = Duration::from_secs(it.next().context("--timeout-secs N")?.parse()?),
-            other => bail!("unknown argument {other}"),
-        }
+impl Args {
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
     }
-    anyhow::ensure!(args.apps > 0 && args.ops > 0, "--ops and --apps must be positive");
-    Ok(args)
 }
 
 /// First client-side time each object was seen satisfying `done`.
@@ -147,8 +144,10 @@ fn runbook_job() -> serde_json::Value {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Arguments first: `--help` and a bad flag answer outside the cluster's netns too.
+    let args = Args::parse();
+    anyhow::ensure!(args.apps > 0 && args.ops > 0, "--ops and --apps must be positive");
     assert_loopback_only();
-    let args = parse_args()?;
     let client = client().await?;
     println!("bench-ops: {} Runbook Operations across {} apps", args.ops, args.apps);
     recreate_namespace(&client, NAMESPACE).await?;
@@ -232,7 +231,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let created_in = start.elapsed();
 
-    let total = wait_until("every Operation terminal", args.timeout, async || {
+    let total = wait_until("every Operation terminal", args.timeout(), async || {
         Ok(done.lock().expect("lock").len() >= args.ops)
     })
     .await?;
