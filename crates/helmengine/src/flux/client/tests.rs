@@ -1,136 +1,46 @@
-//! The client layer against a scripted API server (`tower_test::mock`): each
-//! test lists the exact requests the engine must make, in order, and the
-//! answers it gets.
+//! The client layer against a scripted API server ([`test_support::ApiServer`]): each
+//! test lists the exact requests the engine must make, in order, and the answers it
+//! gets; a missing, extra or different request fails the test.
 
 use super::*;
 use crate::fixtures::{NAMESPACE, UID, app, owner_json, ref_spec, repo_spec};
 use api::SourceKind;
-use http::{Method, Request, Response, StatusCode};
-use kube::client::Body;
+use http::{Method, StatusCode};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
-
-type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+use test_support::{Seen, Step};
 
 const HR_PATH: &str = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/team-a/helmreleases/wiki";
 const HELMREPO_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmrepositories/wiki";
 const OCIREPO_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/ocirepositories/wiki";
 
-/// One expected request and the answer to it.
-struct Step {
-    method: Method,
-    path: String,
-    status: StatusCode,
-    body: Value,
-}
-
 fn step(method: Method, path: &str, status: StatusCode, body: Value) -> Step {
-    Step {
-        method,
-        path: path.into(),
-        status,
-        body,
-    }
+    Step::new(method, path, status, body)
 }
 
 fn not_found(path: &str) -> Step {
-    step(
-        Method::GET,
-        path,
-        StatusCode::NOT_FOUND,
-        status_body(404, "NotFound", None),
-    )
+    Step::not_found(path)
 }
 
+/// A failure `Status`; `details_kind` names what is missing (e.g. `namespaces`).
 fn status_body(code: u16, reason: &str, details_kind: Option<&str>) -> Value {
-    let mut body = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": format!("{reason} (test)"),
-        "reason": reason,
-        "code": code,
-    });
+    let mut body = test_support::status_body(code, reason);
     if let Some(kind) = details_kind {
         body["details"] = json!({"name": NAMESPACE, "kind": kind});
     }
     body
 }
 
-/// A request as the engine sent it.
-#[derive(Debug)]
-struct Seen {
-    method: Method,
-    path: String,
-    query: Vec<(String, String)>,
-    body: Option<Value>,
+fn engine(client: Client) -> Arc<dyn Engine> {
+    Arc::new(FluxEngine::new(client, FIELD_MANAGER))
 }
 
-impl Seen {
-    fn query(&self, key: &str) -> Option<&str> {
-        self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
-    }
-}
-
-fn engine() -> (Arc<dyn Engine>, Handle) {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(service, "default");
-    (Arc::new(FluxEngine::new(client, FIELD_MANAGER)), handle)
-}
-
-/// Serves `script` in order, asserting method and path, and returns what was sent.
-async fn serve(mut handle: Handle, script: Vec<Step>) -> Vec<Seen> {
-    let mut seen = Vec::new();
-    for expected in script {
-        let (request, send) = handle
-            .next_request()
-            .await
-            .expect("the engine made the expected request");
-        let (parts, body) = request.into_parts();
-        let bytes = body.collect_bytes().await.expect("request body");
-        let query = parts
-            .uri
-            .query()
-            .unwrap_or_default()
-            .split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        let request = Seen {
-            method: parts.method,
-            path: parts.uri.path().to_owned(),
-            query,
-            body: serde_json::from_slice(&bytes).ok(),
-        };
-        assert_eq!(
-            (&request.method, request.path.as_str()),
-            (&expected.method, expected.path.as_str())
-        );
-        let response = Response::builder()
-            .status(expected.status)
-            .body(Body::from(serde_json::to_vec(&expected.body).expect("json")))
-            .expect("response");
-        send.send_response(response);
-        seen.push(request);
-    }
-    seen
-}
-
-/// Runs `call` against `script`; both must finish, and nothing else may be requested.
+/// Runs `call` against `script`: exactly the scripted requests, in order, and nothing else.
 async fn run<T>(script: Vec<Step>, call: impl AsyncFnOnce(Arc<dyn Engine>) -> T) -> (T, Vec<Seen>) {
-    let (engine, handle) = engine();
-    let server = tokio::spawn(serve(handle, script));
-    let result = tokio::time::timeout(Duration::from_secs(5), call(engine))
+    test_support::run(script, async |client| call(engine(client)).await)
         .await
-        .expect("engine call finished");
-    let seen = tokio::time::timeout(Duration::from_secs(1), server)
-        .await
-        .expect("every scripted request was made")
-        .expect("server task");
-    (result, seen)
+        .expect("the engine made exactly the scripted requests")
 }
 
 /// An existing object at `path`'s kind, controlled by `uid`.
@@ -162,8 +72,8 @@ fn our_release(extra: Value) -> Value {
 
 #[tokio::test]
 async fn engine_is_flux() {
-    let (engine, _handle) = engine();
-    assert_eq!(engine.kind(), api::EngineKind::Flux);
+    let (client, _server) = test_support::pair();
+    assert_eq!(engine(client).kind(), api::EngineKind::Flux);
 }
 
 #[tokio::test]
