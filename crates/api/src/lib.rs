@@ -1,7 +1,8 @@
 //! vWorkspace custom resource types: the whole contract between the control
 //! plane (Odoo, through the agent) and a cluster.
 //!
-//! This crate holds types and constants only: no client, no runtime. The CRD
+//! This crate holds types and constants, plus the few pure helpers every crate shares
+//! ([`text`]): no client, no runtime. The CRD
 //! YAML in `deploy/crds/` is generated from it (`just generate`), and the
 //! conditions contract (`docs/api/conditions.md`) names the constants in
 //! [`conditions`].
@@ -11,6 +12,7 @@ pub mod application_instance;
 pub mod conditions;
 pub mod operation;
 pub mod schema;
+pub mod text;
 
 pub use application_instance::*;
 pub use operation::*;

@@ -453,7 +453,7 @@ async fn publish(
     };
     // Events notes are capped at 1 kB; Flux's message may carry any UTF-8 (chart errors, values).
     let full = format!("Ready={}: {}", ready.status, ready.message);
-    let note = controller_kit::text::prefix_within(&full, 1000).to_owned();
+    let note = api::text::prefix_within(&full, 1000).to_owned();
     let event = Event {
         type_,
         reason: ready.reason.clone(),

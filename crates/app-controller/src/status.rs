@@ -150,7 +150,7 @@ struct Conditions<'a> {
 impl Conditions<'_> {
     /// Sets a condition; `lastTransitionTime` only moves when the status changes.
     fn set(&mut self, type_: &str, status: &str, reason: &str, message: &str) {
-        let message = truncate(message);
+        let message = api::text::cut_with_ellipsis(message, MAX_MESSAGE);
         // An empty reason is invalid in metav1.Condition; engines always set one, but be safe.
         let reason = if reason.is_empty() { "Unknown" } else { reason };
         match self.list.iter_mut().find(|c| c.type_ == type_) {
@@ -220,17 +220,6 @@ fn sort_conditions(list: &mut [Condition]) {
         _ => 3,
     };
     list.sort_by(|a, b| rank(&a.type_).cmp(&rank(&b.type_)).then_with(|| a.type_.cmp(&b.type_)));
-}
-
-fn truncate(message: &str) -> String {
-    if message.len() <= MAX_MESSAGE {
-        return message.to_string();
-    }
-    let mut end = MAX_MESSAGE;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
 }
 
 #[cfg(test)]

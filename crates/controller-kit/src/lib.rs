@@ -33,7 +33,6 @@ pub mod namespaces;
 pub mod retry;
 pub mod shutdown;
 pub mod telemetry;
-pub mod text;
 
 pub use admin::Readiness;
 pub use args::CommonArgs;

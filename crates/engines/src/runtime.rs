@@ -585,7 +585,7 @@ async fn publish<D: Driver>(ctx: &Context<D>, op: &Operation, type_: EventType, 
     let event = Event {
         type_,
         reason: reason.into(),
-        note: Some(controller_kit::text::prefix_within(&note, 1000).to_owned()),
+        note: Some(api::text::prefix_within(&note, 1000).to_owned()),
         action: op.spec.type_.as_str().into(),
         secondary: None,
     };

@@ -65,7 +65,7 @@ pub fn label_value(value: &str) -> String {
             }
         })
         .collect();
-    let prefix = truncate(&cleaned, PREFIX_LEN);
+    let prefix = api::text::prefix_within(&cleaned, PREFIX_LEN);
     let prefix = prefix.trim_matches(|c: char| !c.is_ascii_alphanumeric());
     join_hash(prefix, value)
 }
@@ -117,7 +117,7 @@ fn sanitize(input: &str) -> String {
 
 /// `<sanitized prefix>-<hash of original>`, or just the hash when no prefix survives.
 fn hashed(sanitized: &str, original: &str) -> String {
-    let prefix = truncate(sanitized, PREFIX_LEN);
+    let prefix = api::text::prefix_within(sanitized, PREFIX_LEN);
     let prefix = prefix.trim_matches('-');
     join_hash(prefix, original)
 }
@@ -128,14 +128,6 @@ fn join_hash(prefix: &str, original: &str) -> String {
         hash
     } else {
         format!("{prefix}-{hash}")
-    }
-}
-
-/// The first `max` characters of an ASCII-only string (sanitized input is ASCII).
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((index, _)) => &s[..index],
-        None => s,
     }
 }
 

@@ -176,7 +176,7 @@ pub fn next_status(
         ),
     };
     let reason = valid_reason_or(reason, phase);
-    let message = truncate_chars(&message, MAX_MESSAGE_CHARS);
+    let message = api::text::prefix_chars(&message, MAX_MESSAGE_CHARS).to_owned();
 
     let acted = phase == OperationPhase::Running || !children.is_empty();
     merge_children(&mut new.children, children);
@@ -273,13 +273,6 @@ pub fn is_valid_reason(reason: &str) -> bool {
         && bytes[0].is_ascii_alphabetic()
         && bytes.iter().all(inner)
         && bytes.last().is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
-}
-
-fn truncate_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((index, _)) => s[..index].to_owned(),
-        None => s.to_owned(),
-    }
 }
 
 /// The message on one line, for `status.result` and the `Result` column.

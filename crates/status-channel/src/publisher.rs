@@ -142,13 +142,8 @@ fn fit(mut status: pb::ObjectStatus) -> Option<pb::ObjectStatus> {
         return Some(status);
     }
     for c in &mut status.conditions {
-        if c.message.len() > SHRUNK_MESSAGE_BYTES {
-            let mut end = SHRUNK_MESSAGE_BYTES;
-            while !c.message.is_char_boundary(end) {
-                end -= 1;
-            }
-            c.message.truncate(end);
-        }
+        let end = api::text::prefix_within(&c.message, SHRUNK_MESSAGE_BYTES).len();
+        c.message.truncate(end);
     }
     (status.encoded_len() <= limit).then_some(status)
 }

@@ -29,6 +29,7 @@
 use std::collections::BTreeMap;
 
 use api::conditions::operation_reasons;
+use api::text::prefix_within;
 use api::{ApplicationInstance, ObjectReference, Operation, OperationPhase, OperationType, UpgradeFailurePolicy};
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -742,13 +743,4 @@ pub fn child_request_id(parent: &str, suffix: &str) -> String {
         return full;
     }
     format!("{}-{}:{suffix}", prefix_within(parent, 100), names::short_hash(parent))
-}
-
-/// The longest prefix of `text` within `max_bytes` that ends on a character boundary.
-pub(super) fn prefix_within(text: &str, max_bytes: usize) -> &str {
-    let mut end = text.len().min(max_bytes);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
 }
