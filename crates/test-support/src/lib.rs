@@ -71,7 +71,12 @@ impl Step {
 
     /// Expects `GET path` and answers 200 with `body`.
     pub fn get(path: impl Into<String>, body: Value) -> Self {
-        Self::new(Method::GET, path, StatusCode::OK, body)
+        Self::ok(Method::GET, path, body)
+    }
+
+    /// Expects `method path` and answers 200 with `body`.
+    pub fn ok(method: Method, path: impl Into<String>, body: Value) -> Self {
+        Self::new(method, path, StatusCode::OK, body)
     }
 
     /// Expects `GET path` and answers 404 NotFound.
