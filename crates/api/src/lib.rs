@@ -21,6 +21,9 @@ pub use operation::*;
 pub const GROUP: &str = "vworkspace.io";
 /// The one served and stored version.
 pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of every vWorkspace object: [`GROUP`]`/`[`VERSION`] (a test checks that
+/// the three agree with the CRDs; `concat!` cannot join constants).
+pub const API_VERSION: &str = "vworkspace.io/v1alpha1";
 
 /// Label every object we create carries, so it can be listed and pruned.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";

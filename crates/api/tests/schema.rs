@@ -65,6 +65,18 @@ fn schemas_are_structural() {
 }
 
 #[test]
+fn group_version_constants_match_the_crds() {
+    use kube::Resource;
+    assert_eq!(api::API_VERSION, format!("{}/{}", api::GROUP, api::VERSION));
+    assert_eq!(api::ApplicationInstance::api_version(&()), api::API_VERSION);
+    assert_eq!(api::Operation::api_version(&()), api::API_VERSION);
+    for crd in api::all_crds() {
+        assert_eq!(crd.spec.group, api::GROUP);
+        assert_eq!(crd.spec.versions[0].name, api::VERSION);
+    }
+}
+
+#[test]
 fn crds_have_group_version_scope_status_and_names() {
     for crd in api::all_crds() {
         assert_eq!(crd.spec.group, "vworkspace.io");

@@ -414,7 +414,7 @@ async fn write_status(
         return Ok(());
     }
     let patch = serde_json::json!({
-        "apiVersion": "vworkspace.io/v1alpha1",
+        "apiVersion": api::API_VERSION,
         "kind": "ApplicationInstance",
         "status": next,
     });

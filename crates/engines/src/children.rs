@@ -112,7 +112,7 @@ pub async fn is_served(client: &Client, api_version: &str, kind: &str) -> Result
 /// engine takes over exactly these fields (ADR 0004).
 pub async fn apply_application(cx: &Cx, name: &str, fields: Value) -> Result<(), DriverError> {
     let mut patch = serde_json::json!({
-        "apiVersion": "vworkspace.io/v1alpha1",
+        "apiVersion": api::API_VERSION,
         "kind": "ApplicationInstance",
         "metadata": {"name": name, "namespace": cx.namespace()},
     });

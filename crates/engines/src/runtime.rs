@@ -499,7 +499,7 @@ async fn claim<D: Driver>(
     };
     let next = status::next_status(op.status.as_ref(), op.metadata.generation, outcome, now);
     let patch = serde_json::json!({
-        "apiVersion": "vworkspace.io/v1alpha1",
+        "apiVersion": api::API_VERSION,
         "kind": "Operation",
         "metadata": {"resourceVersion": op.metadata.resource_version},
         "status": next,
@@ -564,7 +564,7 @@ async fn write_status<D: Driver>(
     ctx: &Context<D>,
 ) -> Result<(), DriverError> {
     let patch = serde_json::json!({
-        "apiVersion": "vworkspace.io/v1alpha1",
+        "apiVersion": api::API_VERSION,
         "kind": "Operation",
         "status": next,
     });

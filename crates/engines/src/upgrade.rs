@@ -38,7 +38,7 @@ pub use operations::release_flow::upgrade::ANNOTATION_CAUSE_REASON;
 const MAX_ACTIONS_PER_PASS: usize = 3;
 
 fn operations_resource() -> ApiResource {
-    children::resource("vworkspace.io/v1alpha1", "Operation", "operations")
+    children::resource(api::API_VERSION, "Operation", "operations")
 }
 
 fn config_maps() -> ApiResource {

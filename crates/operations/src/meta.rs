@@ -97,7 +97,7 @@ pub fn annotations(op: &OpId<'_>) -> BTreeMap<String, String> {
 /// the dependent, so callers add it only when the namespaces match.
 pub fn owner_reference(op: &OpId<'_>) -> OwnerReference {
     OwnerReference {
-        api_version: format!("{}/{}", api::GROUP, api::VERSION),
+        api_version: api::API_VERSION.to_owned(),
         kind: "Operation".to_owned(),
         name: op.name.to_owned(),
         uid: op.uid.to_owned(),

@@ -165,12 +165,7 @@ fn history_reference(application: &str, namespace: &str) -> ObjectReference {
 
 /// The `status.children` reference of a child Operation.
 fn operation_reference(name: &str, namespace: &str) -> ObjectReference {
-    meta::object_ref(
-        &format!("{}/{}", api::GROUP, api::VERSION),
-        "Operation",
-        name,
-        namespace,
-    )
+    meta::object_ref(api::API_VERSION, "Operation", name, namespace)
 }
 
 /// The ApplicationInstance fields that hold `state` (ADR 0004: the engine owns exactly these).

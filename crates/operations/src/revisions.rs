@@ -229,7 +229,7 @@ pub fn history_config_map(app: &ApplicationInstance, history: &[AppRevision]) ->
                 api::LABEL_COMPONENT: "revision-history",
             },
             "ownerReferences": [{
-                "apiVersion": format!("{}/{}", api::GROUP, api::VERSION),
+                "apiVersion": api::API_VERSION,
                 "kind": "ApplicationInstance",
                 "name": name,
                 "uid": uid,

@@ -724,7 +724,7 @@ pub fn child_operation(
     }
     let field = child.suffix();
     json!({
-        "apiVersion": format!("{}/{}", api::GROUP, api::VERSION),
+        "apiVersion": api::API_VERSION,
         "kind": "Operation",
         "metadata": metadata,
         "spec": {
