@@ -5,6 +5,16 @@
 //! relayed verbatim and deliberately not listed here: the operator does not
 //! invent a vocabulary on top of Flux's, and a reason Flux adds tomorrow flows
 //! through unchanged.
+//!
+//! It also holds the one conditions setter both CRDs use ([`Setter`], [`set`]): replace or
+//! append a condition by type, `lastTransitionTime` moving only when the status changes,
+//! `observedGeneration` stamped on each condition written, and [`sort`] for a CRD that
+//! orders its list. Each CRD keeps its own rules where its status is computed (which
+//! conditions exist, their reasons, message bounds, order): `app-controller/src/status.rs`
+//! and `operations/src/status.rs`. The setter lives here, not in `controller-kit`, because
+//! `operations` is a pure crate and must not depend on controller-kit's runtime.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Condition types.
 pub mod types {
@@ -129,4 +139,165 @@ pub mod operation_reasons {
     /// Failed: a Rollback names a revision (or chart version) that the application's revision
     /// history does not hold.
     pub const REVISION_NOT_FOUND: &str = "RevisionNotFound";
+}
+
+/// Replaces the condition of the same type in `list`, or appends `condition` when there is
+/// none, keeping the existing `lastTransitionTime` when `status` did not change
+/// (apimachinery's `meta.SetStatusCondition`). The other conditions, and the position of
+/// a replaced one, are left as they are.
+pub fn set(list: &mut Vec<Condition>, mut condition: Condition) {
+    match list.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(existing) => {
+            if existing.status == condition.status {
+                condition.last_transition_time = existing.last_transition_time.clone();
+            }
+            *existing = condition;
+        }
+        None => list.push(condition),
+    }
+}
+
+/// Removes the condition of type `type_`, if any.
+pub fn remove(list: &mut Vec<Condition>, type_: &str) {
+    list.retain(|c| c.type_ != type_);
+}
+
+/// The condition of type `type_`, if any.
+pub fn find<'a>(list: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    list.iter().find(|c| c.type_ == type_)
+}
+
+/// Stable order: the types in `leading` first, in that order, then the others by type.
+pub fn sort(list: &mut [Condition], leading: &[&str]) {
+    let rank = |t: &str| leading.iter().position(|l| *l == t).unwrap_or(leading.len());
+    list.sort_by(|a, b| rank(&a.type_).cmp(&rank(&b.type_)).then_with(|| a.type_.cmp(&b.type_)));
+}
+
+/// Sets conditions on one status for one pass: every condition written carries the
+/// object's `observedGeneration` and, when its status changes (or it is new), `now` as its
+/// `lastTransitionTime` (see [`set`]).
+#[derive(Debug)]
+pub struct Setter<'a> {
+    list: &'a mut Vec<Condition>,
+    observed_generation: Option<i64>,
+    now: &'a Time,
+}
+
+impl<'a> Setter<'a> {
+    /// A setter on `list` for an object at `metadata.generation` `observed_generation`, at `now`.
+    pub fn new(list: &'a mut Vec<Condition>, observed_generation: Option<i64>, now: &'a Time) -> Self {
+        Self {
+            list,
+            observed_generation,
+            now,
+        }
+    }
+
+    /// Sets the condition `type_` (see [`set`]). Reason and message are taken as given:
+    /// bounding the message and validating the reason are the CRD's rules, applied before.
+    pub fn set(&mut self, type_: &str, status: &str, reason: impl Into<String>, message: impl Into<String>) {
+        set(
+            self.list,
+            Condition {
+                type_: type_.to_owned(),
+                status: status.to_owned(),
+                reason: reason.into(),
+                message: message.into(),
+                observed_generation: self.observed_generation,
+                last_transition_time: self.now.clone(),
+            },
+        );
+    }
+
+    /// Removes the condition `type_`, if any.
+    pub fn remove(&mut self, type_: &str) {
+        remove(self.list, type_);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(s: &str) -> Time {
+        Time(s.parse().expect("timestamp"))
+    }
+
+    const T0: &str = "2026-12-01T02:00:00Z";
+    const T1: &str = "2026-12-01T02:05:00Z";
+
+    fn cond(type_: &str, status: &str, reason: &str, at: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: format!("{type_} is {status}"),
+            observed_generation: Some(1),
+            last_transition_time: time(at),
+        }
+    }
+
+    #[test]
+    fn set_keeps_the_transition_time_only_while_the_status_stays() {
+        // (stored status, new status, expected lastTransitionTime)
+        let cases = [
+            (None, "True", T1),
+            (Some("True"), "True", T0),
+            (Some("True"), "False", T1),
+            (Some("Unknown"), "Unknown", T0),
+            (Some("Unknown"), "True", T1),
+        ];
+        for (stored, status, expected) in cases {
+            let mut list = vec![cond("Other", "True", "Mine", T0)];
+            if let Some(stored) = stored {
+                list.push(cond("Ready", stored, "Before", T0));
+            }
+            let mut new = cond("Ready", status, "After", T1);
+            new.observed_generation = Some(2);
+            set(&mut list, new);
+            assert_eq!(list.len(), 2, "{stored:?} -> {status}");
+            assert_eq!(list[0], cond("Other", "True", "Mine", T0), "others untouched");
+            let ready = find(&list, "Ready").expect("set");
+            assert_eq!(ready.status, status);
+            assert_eq!(ready.reason, "After", "reason replaced");
+            assert_eq!(ready.observed_generation, Some(2));
+            assert_eq!(ready.last_transition_time, time(expected), "{stored:?} -> {status}");
+        }
+    }
+
+    #[test]
+    fn setter_stamps_generation_and_time_and_removes() {
+        let mut list = vec![cond("Ready", "False", "Old", T0), cond("Stalled", "True", "Old", T0)];
+        let now = time(T1);
+        let mut setter = Setter::new(&mut list, Some(7), &now);
+        setter.set("Ready", "False", "New", "still failing");
+        setter.set("Reconciling", "True", "Work", String::from("on it"));
+        setter.remove("Stalled");
+        setter.remove("Absent");
+        let types: Vec<_> = list.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Ready", "Reconciling"], "replaced in place, appended, removed");
+        let ready = &list[0];
+        assert_eq!(
+            (ready.reason.as_str(), ready.message.as_str()),
+            ("New", "still failing")
+        );
+        assert_eq!(ready.last_transition_time, time(T0), "False -> False keeps it");
+        assert_eq!(ready.observed_generation, Some(7));
+        assert_eq!(list[1].last_transition_time, time(T1), "new condition");
+        assert_eq!(list[1].observed_generation, Some(7));
+    }
+
+    #[test]
+    fn sort_puts_leading_types_first_then_by_type() {
+        let mut list: Vec<_> = ["Zeta", "Stalled", "Alpha", "Ready", "Reconciling"]
+            .into_iter()
+            .map(|t| cond(t, "True", "R", T0))
+            .collect();
+        sort(&mut list, &["Ready", "Reconciling", "Stalled"]);
+        let types: Vec<_> = list.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Ready", "Reconciling", "Stalled", "Alpha", "Zeta"]);
+        sort(&mut list, &[]);
+        let types: Vec<_> = list.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Alpha", "Ready", "Reconciling", "Stalled", "Zeta"]);
+    }
 }

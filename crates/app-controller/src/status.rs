@@ -12,7 +12,7 @@
 
 use api::{
     ApplicationInstance, ApplicationInstanceStatus, EngineKind,
-    conditions::{reasons, types},
+    conditions::{self, Setter, reasons, types},
 };
 use helmengine::{Materialized, Observation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -49,11 +49,7 @@ pub fn next_status(app: &ApplicationInstance, assessment: &Assessment<'_>, now: 
     let generation = app.metadata.generation;
     let mut status = app.status.clone().unwrap_or_default();
     status.observed_generation = generation;
-    let mut conds = Conditions {
-        list: &mut status.conditions,
-        generation,
-        now,
-    };
+    let mut conds = Conditions(Setter::new(&mut status.conditions, generation, now));
 
     match assessment {
         Assessment::Failed {
@@ -83,11 +79,7 @@ pub fn next_status(app: &ApplicationInstance, assessment: &Assessment<'_>, now: 
             status.engine = Some(engine.as_str().to_string());
             status.engine_ref = Some(materialized.engine_ref.clone());
             let engine_object = describe(&materialized.engine_ref);
-            let mut conds = Conditions {
-                list: &mut status.conditions,
-                generation,
-                now,
-            };
+            let mut conds = Conditions(Setter::new(&mut status.conditions, generation, now));
             match observation {
                 None => conds.awaiting(&format!("{engine_object} does not exist yet")),
                 Some(obs) => {
@@ -131,7 +123,7 @@ pub fn needs_write(app: &ApplicationInstance, new: &ApplicationInstanceStatus) -
 
 /// The `Ready` condition of a status, if any.
 pub fn ready(status: Option<&ApplicationInstanceStatus>) -> Option<&Condition> {
-    status?.conditions.iter().find(|c| c.type_ == types::READY)
+    conditions::find(&status?.conditions, types::READY)
 }
 
 fn describe(reference: &api::ObjectReference) -> String {
@@ -141,41 +133,21 @@ fn describe(reference: &api::ObjectReference) -> String {
     }
 }
 
-struct Conditions<'a> {
-    list: &'a mut Vec<Condition>,
-    generation: Option<i64>,
-    now: &'a Time,
-}
+/// The shared setter (`api::conditions::Setter`: `lastTransitionTime` moves only when the
+/// status changes, `observedGeneration` on every condition written) with this CRD's rules.
+struct Conditions<'a>(Setter<'a>);
 
 impl Conditions<'_> {
-    /// Sets a condition; `lastTransitionTime` only moves when the status changes.
+    /// Sets a condition, its message cut to [`MAX_MESSAGE`] bytes (with `…`).
     fn set(&mut self, type_: &str, status: &str, reason: &str, message: &str) {
         let message = api::text::cut_with_ellipsis(message, MAX_MESSAGE);
         // An empty reason is invalid in metav1.Condition; engines always set one, but be safe.
         let reason = if reason.is_empty() { "Unknown" } else { reason };
-        match self.list.iter_mut().find(|c| c.type_ == type_) {
-            Some(existing) => {
-                if existing.status != status {
-                    existing.last_transition_time = self.now.clone();
-                }
-                existing.status = status.to_string();
-                existing.reason = reason.to_string();
-                existing.message = message;
-                existing.observed_generation = self.generation;
-            }
-            None => self.list.push(Condition {
-                type_: type_.to_string(),
-                status: status.to_string(),
-                reason: reason.to_string(),
-                message,
-                observed_generation: self.generation,
-                last_transition_time: self.now.clone(),
-            }),
-        }
+        self.0.set(type_, status, reason, message);
     }
 
     fn remove(&mut self, type_: &str) {
-        self.list.retain(|c| c.type_ != type_);
+        self.0.remove(type_);
     }
 
     fn awaiting(&mut self, message: &str) {
@@ -213,13 +185,7 @@ impl Conditions<'_> {
 
 /// Stable order: Ready, Reconciling, Stalled first (as Flux and kstatus readers expect), then by type.
 fn sort_conditions(list: &mut [Condition]) {
-    let rank = |t: &str| match t {
-        types::READY => 0,
-        types::RECONCILING => 1,
-        types::STALLED => 2,
-        _ => 3,
-    };
-    list.sort_by(|a, b| rank(&a.type_).cmp(&rank(&b.type_)).then_with(|| a.type_.cmp(&b.type_)));
+    conditions::sort(list, &[types::READY, types::RECONCILING, types::STALLED]);
 }
 
 #[cfg(test)]

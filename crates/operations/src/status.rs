@@ -11,10 +11,10 @@
 //! - the result is a pure function of its inputs, so at rest it equals the stored status
 //!   and [`needs_write`] is false (no heartbeat writes).
 
-use api::conditions::{operation_reasons, types};
+use api::conditions::{self, operation_reasons, types};
 use api::{ObjectReference, OperationPhase, OperationStatus};
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::progress::Counts;
 
@@ -202,37 +202,14 @@ pub fn next_status(
             new.errors = counts.errors;
         }
     }
-    set_condition(
-        &mut new.conditions,
-        Condition {
-            type_: types::SUCCEEDED.to_owned(),
-            status: status.to_owned(),
-            reason,
-            message,
-            observed_generation: generation,
-            last_transition_time: now,
-        },
-    );
+    // Kept in place among any other conditions (no reordering).
+    conditions::Setter::new(&mut new.conditions, generation, &now).set(types::SUCCEEDED, status, reason, message);
     new
 }
 
 /// Whether `new` differs from the stored status, i.e. whether a status write is needed.
 pub fn needs_write(old: Option<&OperationStatus>, new: &OperationStatus) -> bool {
     old != Some(new)
-}
-
-/// Replaces (or appends) the condition of the same type, keeping `lastTransitionTime` when
-/// `status` did not change (apimachinery's `meta.SetStatusCondition`).
-fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) {
-    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
-        Some(existing) => {
-            if existing.status == condition.status {
-                condition.last_transition_time = existing.last_transition_time.clone();
-            }
-            *existing = condition;
-        }
-        None => conditions.push(condition),
-    }
 }
 
 /// Appends the references not recorded yet, in order, up to [`MAX_CHILDREN`].
@@ -287,6 +264,7 @@ fn truncate_to_seconds(ts: Timestamp) -> Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("timestamp")
