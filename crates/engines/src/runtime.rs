@@ -602,6 +602,9 @@ fn until(now: Timestamp, at: Timestamp) -> Duration {
 }
 
 #[cfg(test)]
+mod api_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -1,0 +1,378 @@
+//! The runtime's reconcile against a scripted API server (`test-support`), with a fake
+//! driver that counts its calls: each test lists every request one reconcile makes, in
+//! order, with the answers, and checks what was sent. An unscripted request fails the test.
+
+use std::sync::Mutex;
+
+use anyhow::{Context as _, ensure};
+use http::Method;
+use kube::runtime::events::Reporter;
+use operations::Outcome;
+use serde_json::{Value, json};
+use test_support::{ApiServer, Seen, Step};
+
+use super::*;
+
+const FIELD_MANAGER: &str = "vworkspace-backup-engine";
+const OPS_PATH: &str = "/apis/vworkspace.io/v1alpha1/namespaces/team-a/operations";
+const OP_STATUS_PATH: &str = "/apis/vworkspace.io/v1alpha1/namespaces/team-a/operations/wiki-backup-1/status";
+const APP_PATH: &str = "/apis/vworkspace.io/v1alpha1/namespaces/team-a/applicationinstances/wiki";
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+
+/// A driver that refuses or reports what it is told, and records what it was given.
+struct Fake {
+    refusal: Option<Outcome>,
+    outcome: Outcome,
+    /// The resourceVersion of the Operation each `drive` got.
+    driven: Arc<Mutex<Vec<Option<String>>>>,
+    validated: Arc<AtomicUsize>,
+}
+
+impl Fake {
+    fn reporting(outcome: Outcome) -> Self {
+        Self {
+            refusal: None,
+            outcome,
+            driven: Arc::default(),
+            validated: Arc::default(),
+        }
+    }
+
+    fn driven(&self) -> Vec<Option<String>> {
+        self.driven.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+}
+
+impl Driver for Fake {
+    fn op_type(&self) -> OperationType {
+        OperationType::Backup
+    }
+
+    async fn validate(&self, _cx: &Cx) -> Result<Option<Outcome>, DriverError> {
+        self.validated.fetch_add(1, Ordering::SeqCst);
+        Ok(self.refusal.clone())
+    }
+
+    async fn drive(&self, cx: &Cx) -> Result<Outcome, DriverError> {
+        if let Ok(mut driven) = self.driven.lock() {
+            driven.push(cx.op.metadata.resource_version.clone());
+        }
+        Ok(self.outcome.clone())
+    }
+}
+
+fn running(message: &str) -> Outcome {
+    Outcome::Running {
+        message: message.into(),
+        children: Vec::new(),
+    }
+}
+
+/// A runtime context for `driver` on the scripted client; every namespace but the system
+/// ones is allowed, or only `allowed`.
+fn context(driver: Fake, allowed: Option<&str>) -> anyhow::Result<(Arc<Context<Fake>>, ApiServer)> {
+    let (client, server) = test_support::pair();
+    let policy = match allowed {
+        Some(ns) => ns.parse()?,
+        None => controller_kit::namespaces::NamespacePolicy::All,
+    };
+    let metrics = controller_kit::Metrics::new("test");
+    let reporter = Reporter {
+        controller: "backup-engine".into(),
+        instance: None,
+    };
+    let settings = EngineSettings {
+        name: "backup-engine",
+        field_manager: FIELD_MANAGER,
+        scope: WatchScope::new(policy, None)?,
+        concurrency: 1,
+        gate: LeaderGate::always_leader(),
+        metrics: metrics.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        publisher: status_channel::Publisher::disabled(),
+    };
+    let ctx = Context {
+        driver,
+        client,
+        settings,
+        metrics: metrics.controller(controller_name(OperationType::Backup)),
+        failures: RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+    };
+    Ok((Arc::new(ctx), server))
+}
+
+/// A Backup Operation `team-a/wiki-backup-1` for the application `wiki`, at `resource_version`.
+fn operation(resource_version: &str, status: Option<OperationStatus>) -> anyhow::Result<Operation> {
+    let mut op: Operation = serde_json::from_value(json!({
+        "apiVersion": "vworkspace.io/v1alpha1", "kind": "Operation",
+        "metadata": {"name": "wiki-backup-1", "namespace": "team-a", "uid": "op-uid", "generation": 1},
+        "spec": {"type": "Backup", "applicationRef": {"name": "wiki"}, "requestId": "req-1"},
+    }))?;
+    op.metadata.resource_version = Some(resource_version.into());
+    op.status = status;
+    Ok(op)
+}
+
+fn application() -> Value {
+    json!({
+        "apiVersion": "vworkspace.io/v1alpha1", "kind": "ApplicationInstance",
+        "metadata": {"name": "wiki", "namespace": "team-a", "uid": "app-uid", "generation": 1},
+        "spec": {"chart": {"name": "wiki", "repository": {"url": "https://charts.example.com"}}},
+    })
+}
+
+fn list(ops: &[&Operation]) -> anyhow::Result<Value> {
+    Ok(json!({
+        "apiVersion": "vworkspace.io/v1alpha1", "kind": "OperationList",
+        "metadata": {"resourceVersion": "50"},
+        "items": ops.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>()?,
+    }))
+}
+
+/// The application's Operations (the one reconciled among them) and the application.
+fn reads(op: &Operation) -> anyhow::Result<Vec<Step>> {
+    Ok(vec![
+        Step::get(OPS_PATH, list(&[op])?),
+        Step::get(APP_PATH, application()),
+    ])
+}
+
+async fn reconcile_once(
+    server: &mut ApiServer,
+    ctx: &Arc<Context<Fake>>,
+    op: &Operation,
+    script: Vec<Step>,
+) -> anyhow::Result<(Result<Action, DriverError>, Vec<Seen>)> {
+    let guard = Arc::new(DeserializeGuard(Ok(op.clone())));
+    server.run(script, reconcile(guard, ctx.clone())).await
+}
+
+/// A status as written at `second` for `outcome` on top of `current`.
+fn status_at(current: Option<&OperationStatus>, outcome: Outcome, second: i64) -> anyhow::Result<OperationStatus> {
+    Ok(status::next_status(
+        current,
+        Some(1),
+        outcome,
+        Timestamp::from_second(second)?,
+    ))
+}
+
+fn phase(write: &Seen) -> anyhow::Result<&str> {
+    write.body()?["status"]["phase"].as_str().context("no status.phase")
+}
+
+/// Starting is a claim: the Running write carries the resourceVersion the decision was
+/// made on, it is a forced apply with the engine's field manager, one `Started` Event
+/// follows, and the driver acts on the Operation as the claim returned it. Its progress
+/// is then written without a resourceVersion.
+#[tokio::test]
+async fn start_claims_with_the_resource_version_then_drives() -> anyhow::Result<()> {
+    let (ctx, mut server) = context(Fake::reporting(running("Backup InProgress")), None)?;
+    let op = operation("41", None)?;
+    let claimed = operation("42", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
+    let mut script = reads(&op)?;
+    script.extend([
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&claimed)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&claimed)?),
+    ]);
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(
+        matches!(&result, Ok(a) if *a == Action::requeue(Duration::from_secs(10))),
+        "{result:?}"
+    );
+
+    let selector = seen[0].query("fieldSelector").unwrap_or_default();
+    ensure!(
+        selector.contains("spec.applicationRef.name") && selector.ends_with("wiki"),
+        "{selector}"
+    );
+
+    let claim = &seen[2];
+    ensure!(claim.query("fieldManager") == Some(FIELD_MANAGER) && claim.query("force") == Some("true"));
+    let body = claim.body()?;
+    ensure!(body["metadata"] == json!({"resourceVersion": "41"}), "{body}");
+    ensure!(
+        phase(claim)? == "Running" && body["status"]["startTime"].is_string(),
+        "{body}"
+    );
+
+    let event = seen[3].body()?;
+    ensure!(event["type"] == "Normal" && event["reason"] == "Started", "{event}");
+    ensure!(event["action"] == "Backup" && event["regarding"]["name"] == "wiki-backup-1");
+
+    ensure!(ctx.driver.validated.load(Ordering::SeqCst) == 1);
+    ensure!(
+        ctx.driver.driven() == vec![Some("42".to_owned())],
+        "the driver acts on the claimed copy"
+    );
+
+    let progress = &seen[4];
+    let body = progress.body()?;
+    ensure!(body.get("metadata").is_none(), "progress is not conditional: {body}");
+    ensure!(
+        body["status"]["conditions"][0]["message"] == "Backup InProgress",
+        "{body}"
+    );
+    Ok(())
+}
+
+/// Another engine (or an older copy of this one) claimed first: the claim gets 409 Conflict,
+/// the reconcile fails without driving, without an Event and without another write, and the
+/// error policy backs off. The next reconcile, on the fresh (started) copy, does not claim
+/// again and, with nothing new to report, writes nothing.
+#[tokio::test]
+async fn a_lost_claim_backs_off_without_acting() -> anyhow::Result<()> {
+    let (ctx, mut server) = context(Fake::reporting(running("Starting")), None)?;
+    let op = operation("41", None)?;
+    let mut script = reads(&op)?;
+    script.push(Step::fail(Method::PATCH, OP_STATUS_PATH, 409, "Conflict"));
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    let err = result.err().context("a lost claim fails the reconcile")?;
+    ensure!(
+        matches!(&err, DriverError::Kube(kube::Error::Api(s)) if s.is_conflict()),
+        "{err}"
+    );
+    ensure!(seen[2].body()?["metadata"]["resourceVersion"] == "41");
+    ensure!(ctx.driver.driven().is_empty(), "nothing was driven");
+
+    let guard = Arc::new(DeserializeGuard(Ok(op.clone())));
+    let first = error_policy(guard.clone(), &err, ctx.clone());
+    let second = error_policy(guard, &err, ctx.clone());
+    ensure!(first == Action::requeue(Duration::from_secs(1)), "{first:?}");
+    ensure!(second == Action::requeue(Duration::from_secs(2)), "{second:?}");
+
+    // The winner's write, as the watch delivers it.
+    let fresh = operation("42", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
+    let (result, seen) = reconcile_once(&mut server, &ctx, &fresh, reads(&fresh)?).await?;
+    ensure!(result.is_ok(), "{result:?}");
+    ensure!(seen.iter().all(|s| !s.is_write()), "{seen:?}");
+    ensure!(ctx.driver.driven() == vec![Some("42".to_owned())]);
+    ensure!(
+        ctx.driver.validated.load(Ordering::SeqCst) == 1,
+        "a started Operation is not validated again"
+    );
+    Ok(())
+}
+
+/// A running Operation whose driver reports what the status already says: two reads, no
+/// write, no Event, the driver's poll interval.
+#[tokio::test]
+async fn at_rest_a_running_operation_only_reads() -> anyhow::Result<()> {
+    let (ctx, mut server) = context(Fake::reporting(running("Backup InProgress")), None)?;
+    let started = status_at(None, running("Starting"), 1_800_000_000)?;
+    let status = status_at(Some(&started), running("Backup InProgress"), 1_800_000_060)?;
+    let op = operation("43", Some(status))?;
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, reads(&op)?).await?;
+    ensure!(
+        matches!(&result, Ok(a) if *a == Action::requeue(Duration::from_secs(10))),
+        "{result:?}"
+    );
+    ensure!(seen.len() == 2 && seen.iter().all(|s| !s.is_write()), "{seen:?}");
+    Ok(())
+}
+
+/// The end is written once, with one Event; a terminal Operation is then never read again.
+#[tokio::test]
+async fn the_end_is_written_once_with_one_event() -> anyhow::Result<()> {
+    let succeeded = Outcome::Succeeded {
+        result: "Backup Completed".into(),
+        children: Vec::new(),
+        counts: Default::default(),
+    };
+    let (ctx, mut server) = context(Fake::reporting(succeeded), None)?;
+    let started = status_at(None, running("Starting"), 1_800_000_000)?;
+    let op = operation("43", Some(started))?;
+    let mut script = reads(&op)?;
+    script.extend([
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ]);
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
+    ensure!(phase(&seen[2])? == "Succeeded");
+    ensure!(seen[2].body()?.get("metadata").is_none());
+    let event = seen[3].body()?;
+    ensure!(event["type"] == "Normal" && event["reason"] == "Succeeded" && event["note"] == "Backup Completed");
+
+    let written: OperationStatus = serde_json::from_value(seen[2].body()?["status"].clone())?;
+    let done = operation("44", Some(written))?;
+    let (result, seen) = reconcile_once(&mut server, &ctx, &done, Vec::new()).await?;
+    ensure!(
+        matches!(&result, Ok(a) if *a == Action::await_change()) && seen.is_empty(),
+        "{result:?} {seen:?}"
+    );
+    Ok(())
+}
+
+/// Refused before starting (its application does not exist): Failed without a claim, without
+/// validating or driving, one Warning Event.
+#[tokio::test]
+async fn a_refusal_before_start_fails_without_claiming() -> anyhow::Result<()> {
+    let (ctx, mut server) = context(Fake::reporting(running("never")), None)?;
+    let op = operation("41", None)?;
+    let script = vec![
+        Step::get(OPS_PATH, list(&[&op])?),
+        Step::not_found(APP_PATH),
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ];
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
+    let body = seen[2].body()?;
+    ensure!(body.get("metadata").is_none(), "a refusal is not a claim: {body}");
+    ensure!(
+        phase(&seen[2])? == "Failed" && body["status"].get("startTime").is_none(),
+        "{body}"
+    );
+    ensure!(
+        body["status"]["conditions"][0]["reason"] == "ApplicationNotFound",
+        "{body}"
+    );
+    let event = seen[3].body()?;
+    ensure!(event["type"] == "Warning" && event["reason"] == "Failed", "{event}");
+    ensure!(ctx.driver.validated.load(Ordering::SeqCst) == 0 && ctx.driver.driven().is_empty());
+    Ok(())
+}
+
+/// The driver's own refusal (its payload checks) ends the Operation the same way, after
+/// the reads and before any claim.
+#[tokio::test]
+async fn a_driver_refusal_fails_without_claiming() -> anyhow::Result<()> {
+    let mut driver = Fake::reporting(running("never"));
+    driver.refusal = Some(Outcome::failed("InvalidSpec", "spec.backup.ttl is too long"));
+    let (ctx, mut server) = context(driver, None)?;
+    let op = operation("41", None)?;
+    let mut script = reads(&op)?;
+    script.extend([
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ]);
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(result.is_ok(), "{result:?}");
+    ensure!(seen[2].body()?.get("metadata").is_none() && phase(&seen[2])? == "Failed");
+    ensure!(seen[2].body()?["status"]["result"] == "spec.backup.ttl is too long");
+    ensure!(ctx.driver.validated.load(Ordering::SeqCst) == 1 && ctx.driver.driven().is_empty());
+    Ok(())
+}
+
+/// In a namespace the engine may not manage: Failed NamespaceNotAllowed before anything is
+/// read (not even the siblings).
+#[tokio::test]
+async fn a_refused_namespace_fails_before_any_read() -> anyhow::Result<()> {
+    let (ctx, mut server) = context(Fake::reporting(running("never")), Some("team-b"))?;
+    let op = operation("41", None)?;
+    let script = vec![
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ];
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(result.is_ok(), "{result:?}");
+    let body = seen[0].body()?;
+    ensure!(
+        body["status"]["conditions"][0]["reason"] == "NamespaceNotAllowed",
+        "{body}"
+    );
+    ensure!(ctx.driver.driven().is_empty());
+    Ok(())
+}
