@@ -296,9 +296,29 @@ impl InstalledBundle {
     /// late; alone, the whole bundle goes in about 20 s).
     pub async fn remove(mut self, ctx: &TestContext, timeout: Duration) -> anyhow::Result<()> {
         self.removed = true;
+        let docs = crate::yaml_documents(&std::fs::read_to_string(&self.file)?)?;
+        // The controllers first, while they still have their rights: deleted together with
+        // their RBAC, helm-controller took minutes to stop (its requests refused), and the
+        // namespace waited for it. Foreground deletion: done when their pods are gone.
+        let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+        let controllers = self.file.with_file_name("installed-deployments.yaml");
+        std::fs::write(&controllers, deploy::to_yaml(&deployments)?)?;
+        let controllers = controllers.to_string_lossy().into_owned();
+        kubectl(
+            &[
+                "delete",
+                "--ignore-not-found",
+                "--cascade=foreground",
+                "--wait=true",
+                "--timeout=180s",
+                "-f",
+                &controllers,
+            ],
+            None,
+        )
+        .await?;
         let file = self.file.to_string_lossy().into_owned();
         kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", &file], None).await?;
-        let docs = crate::yaml_documents(&std::fs::read_to_string(&self.file)?)?;
         let docs: Vec<&Value> = docs.iter().collect();
         eventually(ctx, "every object of the bundle deleted", timeout, || {
             let docs = &docs;
@@ -355,6 +375,32 @@ impl Drop for InstalledBundle {
             "--wait=true",
             "--timeout=90s",
         ]);
+        // The controllers first, while they still have their rights (see `remove`).
+        let controllers = self.file.with_file_name("installed-deployments.yaml");
+        let deployments = std::fs::read_to_string(&self.file)
+            .ok()
+            .and_then(|yaml| crate::yaml_documents(&yaml).ok())
+            .map(|docs| {
+                docs.into_iter()
+                    .filter(|d| d["kind"] == "Deployment")
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        let deployments: Vec<&Value> = deployments.iter().collect();
+        if let Ok(yaml) = deploy::to_yaml(&deployments)
+            && std::fs::write(&controllers, yaml).is_ok()
+        {
+            let controllers = controllers.to_string_lossy().into_owned();
+            run(&[
+                "delete",
+                "--ignore-not-found",
+                "--cascade=foreground",
+                "--wait=true",
+                "--timeout=180s",
+                "-f",
+                &controllers,
+            ]);
+        }
         let file = self.file.to_string_lossy().into_owned();
         run(&[
             "delete",
