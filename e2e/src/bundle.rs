@@ -288,12 +288,9 @@ impl InstalledBundle {
         Ok(())
     }
 
-    /// `kubectl delete` of every installed object, then waits until none exists (namespaces
-    /// included, so every pod of the bundle has terminated); on timeout the error names
-    /// what is left. Give it minutes: while other tests were deleting namespaces too,
-    /// `flux-system` stayed Terminating for about 5 minutes after its status said all its
-    /// content was removed (kube-controller-manager's namespace controller finalizes it
-    /// late; alone, the whole bundle goes in about 20 s).
+    /// Uninstalls as docs/install/README.md#uninstalling says: the Deployments first, until
+    /// their pods are gone, then every other installed object; then waits until none exists
+    /// (namespaces included); on timeout the error names what is left.
     pub async fn remove(mut self, ctx: &TestContext, timeout: Duration) -> anyhow::Result<()> {
         self.removed = true;
         let docs = crate::yaml_documents(&std::fs::read_to_string(&self.file)?)?;
