@@ -27,7 +27,8 @@ use api::{LABEL_MANAGED_BY, MANAGED_BY, Operation};
 use serde_json::{Map, Value, json};
 
 use crate::meta::{self, OpId};
-use crate::progress::{Counts, Progress};
+use crate::progress::Progress;
+use crate::status::Counts;
 use crate::status::is_valid_reason;
 use crate::{Error, names, pod_security};
 

@@ -55,8 +55,8 @@ pub mod velero;
 
 pub use error::Error;
 pub use lifecycle::{Gate, Sibling, Siblings};
-pub use progress::{Counts, Progress};
-pub use status::{Outcome, needs_write, next_status};
+pub use progress::Progress;
+pub use status::{Counts, Outcome, needs_write, next_status};
 
 /// Reasons of the engines that are specific to this crate's mappings. They are
 /// defined in `api::conditions::operation_reasons` (and `docs/api/conditions.md`);

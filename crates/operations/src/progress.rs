@@ -1,19 +1,12 @@
 //! What a driven object (Velero Backup/Restore, VolumeSnapshots, Job) says
 //! about the work, before it becomes an Operation status.
+//!
+//! Depends on [`crate::status`] (the [`Outcome`] it becomes, the [`Counts`] it carries),
+//! never the reverse.
 
 use api::ObjectReference;
 
-use crate::status::Outcome;
-
-/// Warning and error counts reported by the underlying engine (Velero).
-/// `None` means "not reported", which leaves the status field as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Counts {
-    /// `status.warnings` to record.
-    pub warnings: Option<i64>,
-    /// `status.errors` to record.
-    pub errors: Option<i64>,
-}
+use crate::status::{Counts, Outcome};
 
 /// The state of the driven object(s), mapped per `docs/api/conditions.md` §3.3–3.5.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,7 +14,8 @@
 use serde_json::{Value, json};
 
 use crate::meta::{self, OpId};
-use crate::progress::{Counts, Progress};
+use crate::progress::Progress;
+use crate::status::Counts;
 use crate::{Error, names};
 use api::{Operation, OperationType};
 

@@ -16,12 +16,20 @@ use api::{ObjectReference, OperationPhase, OperationStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::progress::Counts;
-
 /// Longest condition message the API server accepts.
 pub const MAX_MESSAGE_CHARS: usize = 32_768;
 /// Most children the CRD schema allows in `status.children`.
 pub const MAX_CHILDREN: usize = 128;
+
+/// Warning and error counts reported by the underlying engine (Velero).
+/// `None` means "not reported", which leaves the status field as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    /// `status.warnings` to record.
+    pub warnings: Option<i64>,
+    /// `status.errors` to record.
+    pub errors: Option<i64>,
+}
 
 /// What the engine decided (before acting) or observed (while acting).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -49,7 +49,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::meta::{self, OpId};
-use crate::progress::{Counts, Progress};
+use crate::progress::Progress;
+use crate::status::Counts;
 use crate::{Error, names, reasons};
 use api::conditions::operation_reasons;
 
