@@ -316,62 +316,30 @@ mod tests {
     }
 }
 
-/// The IO of [`Tenancy::ensure`] against a scripted API server (`tower_test::mock`): the exact
+/// The IO of [`Tenancy::ensure`] against a scripted API server (`test-support`): the exact
 /// requests, in order, and that a second call for the same namespaces makes none.
 #[cfg(test)]
 mod io_tests {
-    use std::time::Duration;
-
-    use http::{Method, Request, Response, StatusCode};
-    use kube::client::Body;
+    use http::{Method, StatusCode};
+    use test_support::Step;
 
     use super::*;
 
-    type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
-
-    /// One expected request; the answer echoes the request body, or is `answer` when set.
-    struct Step {
-        method: Method,
-        path: &'static str,
-        status: StatusCode,
-        answer: Option<Value>,
-    }
-
+    /// Expects `method path` and answers with the request's own body.
     fn ok(method: Method, path: &'static str) -> Step {
-        Step {
-            method,
-            path,
-            status: StatusCode::OK,
-            answer: None,
-        }
+        Step::echo(method, path)
     }
 
     fn namespace_meta(name: &str) -> Value {
         json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": name}})
     }
 
-    /// Serves `script` in order, asserting method and path; returns the request bodies.
-    async fn serve(mut handle: Handle, script: Vec<Step>) -> Vec<Option<Value>> {
-        let mut bodies = Vec::new();
-        for expected in script {
-            let (request, send) = handle.next_request().await.expect("an expected request");
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect_bytes().await.expect("request body");
-            assert_eq!((&parts.method, parts.uri.path()), (&expected.method, expected.path));
-            let sent: Option<Value> = serde_json::from_slice(&bytes).ok();
-            let answer = expected.answer.or_else(|| sent.clone()).unwrap_or(Value::Null);
-            let response = Response::builder()
-                .status(expected.status)
-                .body(Body::from(serde_json::to_vec(&answer).expect("json")))
-                .expect("response");
-            send.send_response(response);
-            bodies.push(sent);
-        }
-        bodies
+    fn read_namespace(name: &'static str) -> Step {
+        Step::ok(Method::GET, format!("/api/v1/namespaces/{name}"), namespace_meta(name))
     }
 
     /// Runs `ensure(app_ns, target_ns)` twice on one [`Tenancy`]: the first against `script`,
-    /// the second against nothing (it must make no request at all).
+    /// the second (only after a success) against an empty script: it must make no request.
     async fn ensure_twice(
         level: PodSecurityEnforce,
         app_ns: &str,
@@ -382,31 +350,20 @@ mod io_tests {
         Vec<Option<Value>>,
         Option<Result<(), TenancyError>>,
     ) {
-        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let client = Client::new(service, "default");
+        let (client, mut server) = test_support::pair();
         let metrics = controller_kit::Metrics::new("test").controller("test");
         let tenancy = Tenancy::new("test-manager", level);
-        let server = tokio::spawn(serve(handle, script));
-        let first = tokio::time::timeout(
-            Duration::from_secs(5),
-            tenancy.ensure(&client, &metrics, app_ns, target_ns),
-        )
-        .await
-        .expect("first ensure finished");
-        let bodies = tokio::time::timeout(Duration::from_secs(1), server)
+        let (first, seen) = server
+            .run(script, tenancy.ensure(&client, &metrics, app_ns, target_ns))
             .await
-            .expect("every scripted request was made")
-            .expect("server task");
-        // No server any more: a request would hang until the timeout.
+            .expect("the first ensure made exactly the scripted requests");
+        let bodies = seen.into_iter().map(|s| s.body).collect();
         let second = if first.is_ok() {
-            Some(
-                tokio::time::timeout(
-                    Duration::from_millis(300),
-                    tenancy.ensure(&client, &metrics, app_ns, target_ns),
-                )
+            let (second, _) = server
+                .run(Vec::new(), tenancy.ensure(&client, &metrics, app_ns, target_ns))
                 .await
-                .expect("the second ensure makes no request"),
-            )
+                .expect("the second ensure makes no request");
+            Some(second)
         } else {
             None
         };
@@ -420,10 +377,7 @@ mod io_tests {
             "team-a",
             "team-a",
             vec![
-                Step {
-                    answer: Some(namespace_meta("team-a")),
-                    ..ok(Method::GET, "/api/v1/namespaces/team-a")
-                },
+                read_namespace("team-a"),
                 ok(Method::PATCH, "/api/v1/namespaces/team-a"),
                 ok(
                     Method::PATCH,
@@ -450,15 +404,9 @@ mod io_tests {
             "team-a",
             "shared",
             vec![
-                Step {
-                    answer: Some(namespace_meta("team-a")),
-                    ..ok(Method::GET, "/api/v1/namespaces/team-a")
-                },
+                read_namespace("team-a"),
                 ok(Method::PATCH, "/api/v1/namespaces/team-a"),
-                Step {
-                    answer: Some(namespace_meta("shared")),
-                    ..ok(Method::GET, "/api/v1/namespaces/shared")
-                },
+                read_namespace("shared"),
                 ok(Method::PATCH, "/api/v1/namespaces/shared"),
                 ok(
                     Method::PATCH,
@@ -488,15 +436,15 @@ mod io_tests {
             PodSecurityEnforce::None,
             "team-a",
             "gone",
-            vec![Step {
-                method: Method::GET,
-                path: "/api/v1/namespaces/gone",
-                status: StatusCode::NOT_FOUND,
-                answer: Some(json!({
+            vec![Step::new(
+                Method::GET,
+                "/api/v1/namespaces/gone",
+                StatusCode::NOT_FOUND,
+                json!({
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": "namespaces \"gone\" not found", "reason": "NotFound", "code": 404
-                })),
-            }],
+                }),
+            )],
         )
         .await;
         assert!(
@@ -521,12 +469,12 @@ mod io_tests {
                     Method::PATCH,
                     "/api/v1/namespaces/team-a/serviceaccounts/vworkspace-release",
                 ),
-                Step {
-                    method: Method::PATCH,
-                    path: "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/vworkspace-release",
-                    status: StatusCode::FORBIDDEN,
-                    answer: Some(forbidden),
-                },
+                Step::new(
+                    Method::PATCH,
+                    "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/vworkspace-release",
+                    StatusCode::FORBIDDEN,
+                    forbidden,
+                ),
             ],
         )
         .await;
