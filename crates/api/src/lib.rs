@@ -2,13 +2,16 @@
 //! plane (Odoo, through the agent) and a cluster.
 //!
 //! This crate holds types and constants, plus the few pure helpers every crate shares
-//! ([`text`]): no client, no runtime. The CRD
-//! YAML in `deploy/crds/` is generated from it (`just generate`), and the
-//! conditions contract (`docs/api/conditions.md`) names the constants in
-//! [`conditions`].
+//! (message cuts in [`text`], the retry policy in [`backoff`], the conditions setter in
+//! [`conditions`]): no client, no runtime. They live here because it is the lowest crate,
+//! the one the pure crates (`operations`, `protocol`) can depend on as well as
+//! controller-kit and the controllers. The CRD YAML in `deploy/crds/` is generated from it
+//! (`just generate`), and the conditions contract (`docs/api/conditions.md`) names the
+//! constants in [`conditions`].
 
 pub mod admission;
 pub mod application_instance;
+pub mod backoff;
 pub mod conditions;
 pub mod operation;
 pub mod schema;

@@ -1,13 +1,15 @@
 //! Exponential requeue after failed reconciles, per object: every controller retries the
-//! same way (doubling from a base delay, capped), and a success resets the count.
+//! same way (doubling from a base delay, capped, computed by the workspace's one policy,
+//! [`api::backoff::Backoff`], without jitter), and a success resets the count.
 
 use std::{collections::HashMap, hash::Hash, sync::Mutex, time::Duration};
+
+use api::backoff::Backoff;
 
 /// Consecutive failures per object key, and the delay they earn.
 #[derive(Debug)]
 pub struct RetryBackoff<K> {
-    base: Duration,
-    cap: Duration,
+    policy: Backoff,
     failures: Mutex<HashMap<K, u32>>,
 }
 
@@ -15,8 +17,7 @@ impl<K: Eq + Hash> RetryBackoff<K> {
     /// Delays `base`, `2·base`, `4·base`… up to `cap`.
     pub fn new(base: Duration, cap: Duration) -> Self {
         Self {
-            base,
-            cap,
+            policy: Backoff::doubling(base, cap),
             failures: Mutex::default(),
         }
     }
@@ -33,8 +34,7 @@ impl<K: Eq + Hash> RetryBackoff<K> {
                 *n
             })
             .unwrap_or(1);
-        let factor = 1u32 << (attempts - 1).min(16);
-        (self.base.saturating_mul(factor).min(self.cap), attempts)
+        (self.policy.ceiling(attempts.saturating_sub(1)), attempts)
     }
 
     /// Forgets the failures of `key` after a success.

@@ -30,7 +30,9 @@
 
 #![warn(missing_docs)]
 
-pub mod backoff;
+/// The retry policy, kept at this path for the agent; defined in [`api::backoff`], the one
+/// backoff of the workspace.
+pub use api::backoff;
 pub mod error;
 pub mod messages;
 pub mod plan;

@@ -9,6 +9,7 @@ use std::{
     time::Duration,
 };
 
+use api::backoff::Backoff;
 use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -164,9 +165,12 @@ fn read_token(path: Option<&PathBuf>) -> Option<MetadataValue<tonic::metadata::A
     Some(value)
 }
 
-/// Reconnect delays: 0.5 s doubling to 30 s; reset after a connection that carried events.
+/// Reconnect delays: 0.5 s doubling to 30 s, without jitter (the workspace's one policy,
+/// [`api::backoff::Backoff`]); reset after a connection that carried events.
+const RECONNECT: Backoff = Backoff::doubling(Duration::from_millis(500), Duration::from_secs(30));
+
 fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(500u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(30))
+    RECONNECT.ceiling(attempt)
 }
 
 async fn run(config: PublisherConfig, mut rx: mpsc::Receiver<pb::ObjectStatus>, overflow: Arc<AtomicBool>) {

@@ -1,5 +1,16 @@
 //! Retry delays: exponential backoff with jitter, as a pure function of the attempt
 //! number and a random draw, so the policy is testable and every caller behaves alike.
+//!
+//! The one backoff of the workspace: the agent's retries to the control plane (with jitter,
+//! re-exported as `protocol::backoff`), the engines' requeue after failed reconciles
+//! (`controller_kit::RetryBackoff`, no jitter) and the status-channel publisher's reconnects
+//! (no jitter) all compute their delays here. It lives in `api`, the lowest crate, because
+//! `protocol` is pure and must not depend on controller-kit's runtime.
+//!
+//! Written here rather than taken from `backon` (already in the lock through kube): backon's
+//! jitter adds up to one more full delay (`[d, 2d]`) and draws from its own generator inside
+//! a stateful iterator, while this policy guarantees half the capped delay, never exceeds
+//! the cap, and is a pure function the tests can pin (see `docs/development/project-layout.md`).
 
 use std::time::Duration;
 
@@ -29,7 +40,16 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    /// The capped delay of attempt `n`, before jitter.
+    /// `initial` doubling up to `max`: `initial`, `2·initial`, `4·initial`… (before jitter).
+    pub const fn doubling(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max,
+            multiplier: 2.0,
+        }
+    }
+
+    /// The capped delay of attempt `n` (from 0), before jitter.
     pub fn ceiling(&self, attempt: u32) -> Duration {
         let factor = self.multiplier.max(1.0).powi(attempt.min(64) as i32);
         let secs = self.initial.as_secs_f64() * factor;
@@ -76,6 +96,31 @@ mod tests {
         }
         assert_eq!(b.delay(3, -7.0), b.ceiling(3) / 2, "clamped");
         assert_eq!(b.delay(3, f64::NAN), b.ceiling(3) / 2);
+    }
+
+    #[test]
+    fn doubling_matches_the_former_integer_backoffs() {
+        // controller-kit's RetryBackoff (1 s to 5 min, from the first failure) and the
+        // status-channel reconnect delay (0.5 s to 30 s): the same values as their former
+        // `base << n`, capped, implementations.
+        let engines = Backoff::doubling(Duration::from_secs(1), Duration::from_secs(300));
+        for n in 0..40u32 {
+            let former = Duration::from_secs(1)
+                .saturating_mul(1u32 << n.min(16))
+                .min(Duration::from_secs(300));
+            assert_eq!(engines.ceiling(n), former, "engines, attempt {n}");
+        }
+        let channel = Backoff::doubling(Duration::from_millis(500), Duration::from_secs(30));
+        for n in 0..40u32 {
+            let former = Duration::from_millis(500u64.saturating_mul(1 << n.min(6))).min(Duration::from_secs(30));
+            assert_eq!(channel.ceiling(n), former, "status channel, attempt {n}");
+        }
+        let ms = |n| channel.ceiling(n).as_millis();
+        assert_eq!(
+            (0..8).map(ms).collect::<Vec<_>>(),
+            [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]
+        );
+        assert_eq!(channel.ceiling(u32::MAX), Duration::from_secs(30));
     }
 
     #[test]
