@@ -293,7 +293,7 @@ pub fn parse_conflict(message: &str) -> (Vec<String>, Vec<String>) {
 
 fn application_body(app: &ApplicationIntent, spec: Value) -> Value {
     json!({
-        "apiVersion": "vworkspace.io/v1alpha1",
+        "apiVersion": api::API_VERSION,
         "kind": "ApplicationInstance",
         "metadata": {
             "name": app.name,
@@ -435,7 +435,7 @@ async fn create_operation<C: Cluster>(cluster: &C, op: &OperationIntent) -> Obje
         Err(e) => return with_error(base, e),
     }
     let body = json!({
-        "apiVersion": "vworkspace.io/v1alpha1",
+        "apiVersion": api::API_VERSION,
         "kind": "Operation",
         "metadata": {
             "name": op.name,
@@ -597,10 +597,10 @@ fn event_for(ack: &ObjectAck, revision: &protocol::Cursor) -> Option<(ObjectRefe
         ack.reason.as_deref().map(|r| format!("{r}: ")).unwrap_or_default(),
         ack.message.as_deref().unwrap_or_default()
     );
-    let note: String = note.chars().take(1000).collect();
+    let note = api::text::prefix_within(&note, 1000).to_owned();
     Some((
         ObjectReference {
-            api_version: Some("vworkspace.io/v1alpha1".into()),
+            api_version: Some(api::API_VERSION.into()),
             kind: Some(ack.kind.as_str().into()),
             namespace: Some(ack.namespace.clone()),
             name: Some(ack.name.clone()),
