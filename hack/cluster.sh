@@ -60,6 +60,9 @@ ensure_netns() {
     ip netns add "$NETNS"
   fi
   in_netns ip link set lo up
+  # Client sockets take ports 40000-60999 only: 20000-39999 stay for the listeners the tests
+  # start (e2e::process::TEST_PORTS), which a client's source port could otherwise hold.
+  in_netns sysctl -qw net.ipv4.ip_local_port_range="40000 60999"
   # The node IP (hack/node.sh) lives on lo; the API server advertises it, so it exists first.
   [[ -n $(in_netns ip -o addr show dev lo to "$NODE_IP/32") ]] || in_netns ip addr add "$NODE_IP/32" dev lo
   assert_contained

@@ -11,7 +11,6 @@
 //! expected; dropping a process removes it from the registry.
 
 use std::{
-    collections::BTreeSet,
     ffi::OsString,
     fmt,
     net::{Ipv4Addr, SocketAddr, TcpListener},
@@ -38,27 +37,34 @@ const ADDRESS_ATTEMPTS: u32 = 3;
 /// What the OS says when an address is taken (EADDRINUSE, as Rust's io::Error prints it).
 const ADDRESS_IN_USE: &str = "Address already in use";
 
+/// The ports [`free_loopback_addr`] hands out: below the cluster's ephemeral range, which
+/// `hack/cluster.sh` sets to 40000-60999 in its network namespace, so no client socket (of
+/// the many the real node's components open towards the API server) ever holds one, and
+/// above every fixed port of the local cluster and of `just demo` (all below 20000).
+pub const TEST_PORTS: std::ops::Range<u16> = 20000..40000;
+
 /// A free loopback address (`127.0.0.1:<port>`) for a process to listen on.
 ///
 /// The port is bound and released, so another process could still take it before ours
 /// binds it: a process that then fails to bind exits, which the waits report with its log,
 /// and [`retry_address_race`] starts it again on a new address. Within this process a
 /// port is never handed out twice, so parallel tests cannot pick the same one before
-/// either has bound it. Ports come from the ephemeral range, never the fixed ports of the
-/// local cluster or of `just demo`.
+/// either has bound it. Ports come from [`TEST_PORTS`]; each test process starts at its own
+/// offset (from its pid), so two test processes rarely try the same ports.
 pub fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
-    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    // Listeners of refused ports stay bound until we return, so the kernel offers another.
-    let mut refused = Vec::new();
-    for _ in 0..64 {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("binding 127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        if lock(&HANDED_OUT).insert(addr.port()) {
-            return Ok(addr);
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    let span = TEST_PORTS.end - TEST_PORTS.start;
+    let mut next = lock(&NEXT);
+    let mut offset = next.unwrap_or_else(|| (std::process::id() % u32::from(span)) as u16);
+    for _ in 0..span {
+        let port = TEST_PORTS.start + offset;
+        offset = (offset + 1) % span;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            *next = Some(offset);
+            return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
         }
-        refused.push(listener);
     }
-    bail!("no loopback port left that this process has not handed out already")
+    bail!("no free loopback port in {TEST_PORTS:?}")
 }
 
 /// Path of a workspace binary built by cargo (same profile as the tests).
@@ -424,6 +430,8 @@ fn read_log(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     /// The logs of one test's processes, under the system temp dir (no cluster involved).
@@ -460,7 +468,7 @@ mod tests {
         assert_eq!(ports.len(), addrs.len(), "never the same port twice: {addrs:?}");
         for addr in &addrs {
             assert_eq!(addr.ip(), Ipv4Addr::LOCALHOST);
-            assert_ne!(addr.port(), 0);
+            assert!(TEST_PORTS.contains(&addr.port()), "outside the test ports: {addr}");
         }
         // Released: the process it is meant for can bind it.
         TcpListener::bind(addrs[0]).expect("bindable");
