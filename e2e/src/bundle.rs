@@ -297,23 +297,8 @@ impl InstalledBundle {
         // The controllers first, while they still have their rights: deleted together with
         // their RBAC, helm-controller took minutes to stop (its requests refused), and the
         // namespace waited for it. Foreground deletion: done when their pods are gone.
-        let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
-        let controllers = self.file.with_file_name("installed-deployments.yaml");
-        std::fs::write(&controllers, deploy::to_yaml(&deployments)?)?;
-        let controllers = controllers.to_string_lossy().into_owned();
-        kubectl(
-            &[
-                "delete",
-                "--ignore-not-found",
-                "--cascade=foreground",
-                "--wait=true",
-                "--timeout=180s",
-                "-f",
-                &controllers,
-            ],
-            None,
-        )
-        .await?;
+        let controllers = self.write_controllers_file()?;
+        kubectl(&[&DELETE_CONTROLLERS[..], &[controllers.as_str()]].concat(), None).await?;
         let file = self.file.to_string_lossy().into_owned();
         kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", &file], None).await?;
         let docs: Vec<&Value> = docs.iter().collect();
@@ -329,6 +314,29 @@ impl InstalledBundle {
             }
         })
         .await
+    }
+}
+
+/// `kubectl` arguments that delete the Deployments of a file (its path appended) and wait
+/// until their pods are gone.
+const DELETE_CONTROLLERS: [&str; 6] = [
+    "delete",
+    "--ignore-not-found",
+    "--cascade=foreground",
+    "--wait=true",
+    "--timeout=180s",
+    "-f",
+];
+
+impl InstalledBundle {
+    /// Writes the installed Deployments alone to `installed-deployments.yaml` beside the
+    /// installed file, and returns its path (uninstalling removes them first).
+    fn write_controllers_file(&self) -> anyhow::Result<String> {
+        let docs = crate::yaml_documents(&std::fs::read_to_string(&self.file)?)?;
+        let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+        let controllers = self.file.with_file_name("installed-deployments.yaml");
+        std::fs::write(&controllers, deploy::to_yaml(&deployments)?)?;
+        Ok(controllers.to_string_lossy().into_owned())
     }
 }
 
@@ -373,30 +381,9 @@ impl Drop for InstalledBundle {
             "--timeout=90s",
         ]);
         // The controllers first, while they still have their rights (see `remove`).
-        let controllers = self.file.with_file_name("installed-deployments.yaml");
-        let deployments = std::fs::read_to_string(&self.file)
-            .ok()
-            .and_then(|yaml| crate::yaml_documents(&yaml).ok())
-            .map(|docs| {
-                docs.into_iter()
-                    .filter(|d| d["kind"] == "Deployment")
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        let deployments: Vec<&Value> = deployments.iter().collect();
-        if let Ok(yaml) = deploy::to_yaml(&deployments)
-            && std::fs::write(&controllers, yaml).is_ok()
-        {
-            let controllers = controllers.to_string_lossy().into_owned();
-            run(&[
-                "delete",
-                "--ignore-not-found",
-                "--cascade=foreground",
-                "--wait=true",
-                "--timeout=180s",
-                "-f",
-                &controllers,
-            ]);
+        match self.write_controllers_file() {
+            Ok(controllers) => run(&[&DELETE_CONTROLLERS[..], &[controllers.as_str()]].concat()),
+            Err(e) => eprintln!("listing the bundle's Deployments failed: {e:#}"),
         }
         let file = self.file.to_string_lossy().into_owned();
         run(&[
