@@ -22,7 +22,11 @@
 # Recipe and pitfalls: docs/development/local-cluster.md.
 source "$(dirname "$0")/lib.sh"
 
-NETNS="${VWS_NETNS:-vws-e2e}"
+# One cluster per directory, each in its own network namespace and (real node) cgroup root,
+# named after the directory: a clean clone's CI run and a developer's cluster on the same
+# machine share nothing but the binary cache (ports are per namespace).
+CLUSTER_ID=$(printf '%s' "$CLUSTER_DIR" | sha256sum | cut -c1-8)
+NETNS="${VWS_NETNS:-vws-e2e-$CLUSTER_ID}"
 PROFILE="${VWS_CLUSTER_PROFILE:-full}"
 [[ $PROFILE == full || $PROFILE == apiserver ]] || die "VWS_CLUSTER_PROFILE must be full or apiserver, not $PROFILE"
 PEER_NETNS="$NETNS-peer"
@@ -413,6 +417,7 @@ cmd_up() {
   local t0=$SECONDS
   BIN_DIR=$("$HACK_DIR/build-cluster-bins.sh")
   if [[ $PROFILE == apiserver ]]; then
+    clean_stale_state
     ensure_netns
     gen_certs
     start_all
@@ -422,6 +427,8 @@ cmd_up() {
     return
   fi
   VELERO_DIR=$("$HACK_DIR/build-velero-bins.sh")
+  clean_stale_state
+  note_other_clusters
   ensure_netns
   gen_certs
   prepare_assets
@@ -449,6 +456,29 @@ cmd_up() {
     fi
   } > "$CLUSTER_DIR/env"
   log "cluster up in $((SECONDS - t0))s: KUBECONFIG=$KUBECONFIG_PATH, netns $NETNS (source $CLUSTER_DIR/env)"
+}
+
+# A cluster whose run was killed (no `down`) leaves its namespace, the node's mounts, pod
+# processes and etcd data behind; its pod IPs would collide with the next cluster's on the
+# same bridge. When none of our components runs but such state exists, take it down first.
+clean_stale_state() {
+  local c
+  for c in "${COMPONENTS[@]}"; do running "$c" && return 0; done
+  if [[ -e /run/netns/$NETNS || -d $CLUSTER_DIR/etcd || -d $ND ]]; then
+    log "state of a cluster that was not taken down (netns $NETNS, $CLUSTER_DIR): cleaning it up first"
+    cmd_down
+  fi
+}
+
+# Other local clusters (other checkouts) share this machine's cores and memory: say so.
+note_other_clusters() {
+  local ns n
+  while read -r ns; do
+    [[ $ns == vws-* && $ns != "$NETNS" && $ns != "$PEER_NETNS" ]] || continue
+    n=$(ip netns pids "$ns" 2>/dev/null | wc -l)
+    (( n > 0 )) && log "note: another local cluster runs in netns $ns ($n processes); it shares this machine's CPUs and memory"
+  done < <(ip netns list | awk '{print $1}')
+  return 0
 }
 
 cmd_down() {

@@ -32,6 +32,9 @@ NODE_TAINT_KEY=vws.dev/real-node
 NODE_COMPONENTS=(node-containerd node-kubelet node-kube-proxy)
 ND="$CLUSTER_DIR/node"          # the node's state: containerd, kubelet, CNI, volumes
 NODE_SOCK="$ND/containerd/containerd.sock"
+# The node's own cgroup root (kubelet's cgroupRoot; pods go to $NODE_CGROUP_ROOT/kubepods),
+# so that kubelets of two clusters never see, or clean up, each other's pod cgroups.
+NODE_CGROUP_ROOT="/vws-node-$CLUSTER_ID"
 
 real_node_enabled() { [[ ${VWS_REAL_NODE:-1} != 0 && $PROFILE == full ]]; }
 ctr_() { in_netns "$NODE_DIR/bin/ctr" --address "$NODE_SOCK" -n k8s.io "$@"; }
@@ -148,6 +151,7 @@ kind: KubeletConfiguration
 # This machine has cgroup v1 (hybrid); kubelet >= 1.35 refuses it unless told.
 failCgroupV1: false
 cgroupDriver: cgroupfs
+cgroupRoot: $NODE_CGROUP_ROOT
 containerRuntimeEndpoint: unix://$NODE_SOCK
 imageServiceEndpoint: unix://$NODE_SOCK
 address: $NODE_IP
@@ -208,10 +212,36 @@ import_images() {
   done
 }
 
+# The cgroup root in every v1 hierarchy (kubelet requires it to exist); cpuset needs its
+# cpus and mems set before a process may join a child.
+node_cgroup_root() {
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    [[ $h == */unified/ || ! -e $h/cgroup.procs ]] && continue
+    mkdir -p "$h$NODE_CGROUP_ROOT"
+  done
+  local cs=/sys/fs/cgroup/cpuset
+  if [[ -d $cs$NODE_CGROUP_ROOT ]]; then
+    cat "$cs/cpuset.cpus" > "$cs$NODE_CGROUP_ROOT/cpuset.cpus"
+    cat "$cs/cpuset.mems" > "$cs$NODE_CGROUP_ROOT/cpuset.mems"
+  fi
+}
+
+# Every process in the node's cgroup root: the containers. A run killed without `down`
+# leaves them behind (their shims die, they do not).
+node_kill_pods() {
+  local f pid
+  for f in /sys/fs/cgroup/pids"$NODE_CGROUP_ROOT" /sys/fs/cgroup/memory"$NODE_CGROUP_ROOT"; do
+    [[ -d $f ]] || continue
+    while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < <(find "$f" -name cgroup.procs -exec cat {} + 2>/dev/null)
+  done
+}
+
 node_up() {
   local t0=$SECONDS
   NODE_DIR=$("$HACK_DIR/build-node-bins.sh")
   node_packages
+  node_cgroup_root
   node_network
   mkdir -p "$ND"
   node_certs
@@ -295,14 +325,16 @@ node_down() {
     for t in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$t" >/dev/null 2>&1 || true; done
   fi
   stop_component node-containerd
-  # Shims outlive containerd by design; they are ours if their command line points into the node cache.
+  # Shims outlive containerd by design; ours name our containerd's socket (-address).
   local p
-  for p in $(pgrep -f "$CACHE_ROOT/node-.*/bin/containerd-shim-runc-v2" || true); do kill -9 "$p" 2>/dev/null || true; done
+  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $NODE_SOCK( |\$)" || true); do kill -9 "$p" 2>/dev/null || true; done
+  node_kill_pods
   # Mounts kubelet and containerd left (pod volumes, rootfs, netns files), deepest first.
   local m
   while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(awk -v d="$ND" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
-  # Cgroups kubelet created (cgroupfs driver, cgroup v1): empty ones only, deepest first.
-  find /sys/fs/cgroup/*/kubepods* -depth -type d -exec rmdir {} + 2>/dev/null || true
+  # The node's cgroups (cgroupfs driver, cgroup v1), now empty: deepest first.
+  sleep 0.2
+  find /sys/fs/cgroup/*"$NODE_CGROUP_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null || true
   if [[ -e /run/netns/$NETNS ]]; then
     kubectl_ delete node "$NODE_NAME" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi
