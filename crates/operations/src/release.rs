@@ -35,11 +35,13 @@ impl DesiredState {
         }
     }
 
-    /// The state after an Upgrade to `chart_version` with `values_patch` (a JSON merge patch).
+    /// The state after an Upgrade to `chart_version` with `values_patch`, a JSON merge
+    /// patch (RFC 7386, `json_patch::merge`): objects merge key by key, `null` removes a
+    /// key, anything else replaces.
     pub fn upgraded(&self, chart_version: &str, values_patch: Option<&Value>) -> Self {
         let mut values = self.values.clone();
         if let Some(patch) = values_patch {
-            merge_patch(&mut values, patch);
+            json_patch::merge(&mut values, patch);
         }
         Self {
             chart_version: chart_version.to_owned(),
@@ -53,26 +55,6 @@ fn normalize(values: Option<Value>) -> Value {
     match values {
         Some(Value::Object(map)) => Value::Object(map),
         _ => Value::Object(Map::new()),
-    }
-}
-
-/// Applies `patch` to `target` as a JSON merge patch (RFC 7386): objects merge key by
-/// key, `null` removes a key, anything else replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    let Value::Object(map) = target else { return };
-    for (key, value) in patch {
-        if value.is_null() {
-            map.remove(key);
-        } else {
-            merge_patch(map.entry(key.clone()).or_insert(Value::Null), value);
-        }
     }
 }
 
@@ -228,11 +210,21 @@ mod tests {
 
     #[test]
     fn merge_patch_follows_rfc_7386() {
-        let mut target = json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]});
-        merge_patch(&mut target, &json!({"a": null, "b": {"c": 9}, "e": [3], "f": {"g": 1}}));
-        assert_eq!(target, json!({"b": {"c": 9, "d": 3}, "e": [3], "f": {"g": 1}}));
+        let state = |values| DesiredState {
+            chart_version: "0.1.0".into(),
+            values,
+        };
+        let patch = json!({"a": null, "b": {"c": 9}, "e": [3], "f": {"g": 1}});
+        let next = state(json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]})).upgraded("0.1.0", Some(&patch));
+        assert_eq!(next.values, json!({"b": {"c": 9, "d": 3}, "e": [3], "f": {"g": 1}}));
+        // A patch member that is not an object replaces; a `null` one removes, and the
+        // patch's nulls are not stored.
+        let patch = json!({"b": 1, "x": {"y": null, "z": 2}});
+        let next = state(json!({"b": {"c": 2}, "x": 3})).upgraded("0.1.0", Some(&patch));
+        assert_eq!(next.values, json!({"b": 1, "x": {"z": 2}}));
+        // The RFC's own rule on the library: a non-object target becomes an object.
         let mut scalar = json!(1);
-        merge_patch(&mut scalar, &json!({"x": null, "y": 2}));
+        json_patch::merge(&mut scalar, &json!({"x": null, "y": 2}));
         assert_eq!(scalar, json!({"y": 2}));
     }
 
