@@ -427,16 +427,24 @@ pub async fn start_agent(
 /// The flags of a pull-mode agent in a test: plain HTTP to the simulator, one namespace
 /// watched and allowed, and short sync, timeout and backoff so tests move quickly.
 pub struct PullAgentFlags<'a> {
+    /// The simulator's base URL (`--control-plane-url`), plain `http://` on loopback.
     pub control_plane_url: &'a str,
+    /// The file holding the cluster's API key (`--api-key-file`).
     pub key_file: &'a str,
+    /// The cluster name the agent registers as (`--cluster-name`).
     pub cluster: &'a str,
+    /// The test's namespace: the only one watched and the only one intent may target.
     pub namespace: &'a str,
+    /// Where the agent serves `/livez` and its admin endpoints (`--admin-addr`).
     pub admin_addr: &'a str,
+    /// Where the agent serves the gRPC status channel (`--status-channel-addr`).
     pub channel_addr: &'a str,
+    /// The ConfigMap recording the agent's own condition (`--status-configmap`), one per test.
     pub status_configmap: &'a str,
 }
 
 impl<'a> PullAgentFlags<'a> {
+    /// The agent's command line; a test may push further flags before starting it.
     pub fn args(&self) -> Vec<&'a str> {
         vec![
             "--control-plane-url",

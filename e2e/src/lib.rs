@@ -6,6 +6,8 @@
 //! the relevant controller logs. Tests refuse to run outside the cluster's
 //! loopback-only network namespace, so no test can reach anything but 127.0.0.1.
 
+#![warn(missing_docs)]
+
 use std::{
     fmt::Debug,
     path::{Path, PathBuf},
@@ -109,7 +111,9 @@ static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// One test's world: a client and a fresh namespace that is deleted on drop.
 pub struct TestContext {
+    /// A client for the local cluster, with its admin kubeconfig.
     pub client: Client,
+    /// This test's namespace, `e2e-<prefix>-<unique>`; every object of the test goes here.
     pub namespace: String,
     keep: bool,
 }

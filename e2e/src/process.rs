@@ -194,6 +194,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A running controller binary; killed on drop.
 pub struct ControllerProcess {
     tracked: Arc<Tracked>,
+    /// The file its stdout and stderr go to, kept after the process ends for failure dumps.
     pub log_path: PathBuf,
 }
 

@@ -9,6 +9,8 @@
 //! (`just generate`), and the conditions contract (`docs/api/conditions.md`) names the
 //! constants in [`conditions`].
 
+#![warn(missing_docs)]
+
 pub mod admission;
 pub mod application_instance;
 pub mod backoff;

@@ -27,6 +27,8 @@
 //! Namespace policy (which namespaces an app and its `targetNamespace` may
 //! use) is the reconciler's job and is checked before `materialize`.
 
+#![warn(missing_docs)]
+
 mod engine;
 mod error;
 #[cfg(test)]

@@ -17,6 +17,8 @@
 //! simulator restarted after a graceful stop keeps its clusters, intent,
 //! acknowledgements and reports.
 
+#![warn(missing_docs)]
+
 use std::{
     collections::BTreeSet,
     path::PathBuf,

@@ -39,6 +39,8 @@
 //! nothing and resumes by reading what exists. Objects whose name is taken by
 //! something else are recognised by [`meta::is_child_of`] and never adopted.
 
+#![warn(missing_docs)]
+
 mod error;
 pub mod job;
 pub mod lifecycle;

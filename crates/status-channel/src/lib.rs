@@ -16,6 +16,8 @@
 //! before reading it unless its [`auth::Authenticator`] accepts the token. Messages are
 //! capped at [`auth::MAX_MESSAGE_BYTES`].
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod convert;
 pub mod publisher;

@@ -23,6 +23,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
