@@ -39,6 +39,10 @@ APISERVER=https://127.0.0.1:6443
 # Velero's controller-runtime manager also listens on :8080 (not configurable).
 S3_PORT=18900
 S3_URL=http://127.0.0.1:$S3_PORT
+# What the BackupStorageLocation names: the node's address (on the netns' lo, where moto
+# listens on every address), which the server out of cluster and the node-agent in a pod
+# both reach.
+S3_URL_FOR_VELERO=http://10.99.0.1:$S3_PORT
 VELERO_METRICS_PORT=18901
 VELERO_PROFILER_PORT=18902
 VELERO_NS=velero
@@ -210,7 +214,7 @@ start_all() {
     --initial-cluster vws-e2e=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
   wait_for etcd 60 curl -fsS http://127.0.0.1:2379/health
   # moto (S3) takes a moment to import; let it do so while the apiserver starts.
-  if [[ $PROFILE == full ]]; then start moto "$VELERO_DIR/moto/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"; fi
+  if [[ $PROFILE == full ]]; then start moto "$VELERO_DIR/moto/bin/moto_server" -H 0.0.0.0 -p "$S3_PORT"; fi
 
   start kube-apiserver "$B/kube-apiserver" \
     --etcd-servers=http://127.0.0.1:2379 --bind-address=0.0.0.0 --secure-port=6443 \
@@ -381,7 +385,7 @@ spec:
   provider: aws
   default: true
   objectStorage: {bucket: $VELERO_BUCKET}
-  config: {region: us-east-1, s3ForcePathStyle: "true", s3Url: "$S3_URL"}
+  config: {region: us-east-1, s3ForcePathStyle: "true", s3Url: "$S3_URL_FOR_VELERO"}
 ---
 apiVersion: apps/v1
 kind: Deployment

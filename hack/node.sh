@@ -271,6 +271,66 @@ node_up() {
   kubectl_ label node "$NODE_NAME" --overwrite type=real >/dev/null
   log "node $NODE_NAME Ready in $((SECONDS - t0))s"
   node_addons
+  node_velero
+}
+
+# Velero's node-agent on the real node, for file-system backups of pod volumes (Kopia, to
+# moto): the DaemonSet `velero install --use-node-agent` writes (v1.18), with the node's
+# kubelet pod directory as /host_pods, the credentials the server uses, and placement on
+# real-node-0. The Velero server stays out of cluster; restores take the restore helper
+# image from the scaled-to-zero Deployment, which this import also puts on the node.
+node_velero() {
+  local t0=$SECONDS images
+  images=$(VWS_IMAGES=velero "$HACK_DIR/build-images.sh" "$ND/images-velero")
+  import_images "$images/velero.oci.tar"
+  kubectl_ apply --server-side --field-manager=vws-cluster-up -f - >/dev/null <<EOF || die "applying Velero's node-agent failed"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: velero, namespace: $VELERO_NS, labels: {component: velero}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: velero, labels: {component: velero}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: velero, namespace: $VELERO_NS}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: node-agent, namespace: $VELERO_NS, labels: {component: velero}}
+spec:
+  selector: {matchLabels: {name: node-agent}}
+  template:
+    metadata: {labels: {component: velero, name: node-agent, role: node-agent}}
+    spec:
+      serviceAccountName: velero
+      securityContext: {runAsUser: 0}
+      nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
+      tolerations: [{key: $NODE_TAINT_KEY, operator: Exists, effect: NoSchedule}]
+      containers:
+      - name: node-agent
+        image: velero/velero:$VELERO_VERSION
+        imagePullPolicy: Never
+        command: [/velero]
+        args: [node-agent, server, --features=]
+        env:
+        - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+        - {name: VELERO_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+        - {name: VELERO_SCRATCH_DIR, value: /scratch}
+        - {name: AWS_SHARED_CREDENTIALS_FILE, value: /credentials/cloud}
+        - {name: AWS_EC2_METADATA_DISABLED, value: "true"}
+        ports: [{containerPort: 8085, name: metrics}]
+        volumeMounts:
+        - {name: host-pods, mountPath: /host_pods, mountPropagation: HostToContainer}
+        - {name: scratch, mountPath: /scratch}
+        - {name: cloud-credentials, mountPath: /credentials}
+      volumes:
+      - {name: host-pods, hostPath: {path: $ND/kubelet/root/pods}}
+      - {name: scratch, emptyDir: {}}
+      - {name: cloud-credentials, secret: {secretName: cloud-credentials}}
+EOF
+  kubectl_ rollout status --timeout=120s -n "$VELERO_NS" daemonset/node-agent >/dev/null ||
+    die "Velero's node-agent not Available after 120s (kubectl -n $VELERO_NS logs ds/node-agent)"
+  log "Velero node-agent Available on $NODE_NAME in $((SECONDS - t0))s"
 }
 
 # Cluster add-ons on the real node: CoreDNS (Service kube-dns, 10.96.0.10) and the
