@@ -29,6 +29,10 @@ fmt-check:
 lint:
     cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+# Dependency policy (deny.toml): licences, duplicate versions, wildcards, sources; no advisories.
+deny:
+    bin=$(hack/build-cargo-deny.sh) && "$bin" --locked check licenses bans sources
+
 # Unit tests (no cluster needed).
 unit:
     cargo test --workspace --exclude e2e
@@ -53,8 +57,8 @@ in-cluster +cmd:
 e2e *args:
     hack/e2e.sh {{args}}
 
-# Everything CI runs: generated files, format, lint, unit tests, e2e.
-test: check-generated fmt-check lint unit e2e
+# Everything CI runs: generated files, format, dependency policy, lint, unit tests, e2e.
+test: check-generated fmt-check deny lint unit e2e
 
 # The main job: a real local cluster with the operator and a sample app (`just demo push`:
 # the agent in push mode, the simulator calling it).
