@@ -108,6 +108,11 @@ pub struct ApplicationInstanceSpec {
     /// (`flux`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineKind>,
+
+    /// Back the application up on a schedule, with retention (ADR 0008). Each run is a Backup
+    /// Operation the backup engine creates in this namespace; protocol 1.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_schedule: Option<crate::schedule::BackupSchedule>,
 }
 
 /// The chart and its source: exactly one of `repository` or `sourceRef`.
@@ -328,7 +333,7 @@ impl EngineKind {
     }
 }
 
-/// Observed state, written only by the app controller.
+/// Observed state, written by the app controller, except `backupSchedule` (the backup engine's).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationInstanceStatus {
@@ -367,6 +372,11 @@ pub struct ApplicationInstanceStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub history: Vec<ReleaseRecord>,
+
+    /// The backup schedule's last and next runs and kept backups; written by the backup engine
+    /// (its own field manager), not by the app controller (ADR 0008).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_schedule: Option<crate::schedule::BackupScheduleStatus>,
 }
 
 /// One Helm release revision as reported by the engine.

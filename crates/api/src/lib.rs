@@ -16,6 +16,7 @@ pub mod application_instance;
 pub mod backoff;
 pub mod conditions;
 pub mod operation;
+pub mod schedule;
 pub mod schema;
 pub mod text;
 
