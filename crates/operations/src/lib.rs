@@ -51,6 +51,7 @@ mod progress;
 pub mod release;
 pub mod release_flow;
 pub mod revisions;
+pub mod schedule;
 pub mod snapshot;
 pub mod status;
 pub mod velero;
