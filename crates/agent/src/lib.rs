@@ -28,7 +28,7 @@ pub mod sync;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use controller_kit::{CancellationToken, LeaderGate, Metrics, Readiness};
+use controller_kit::CancellationToken;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client};
@@ -77,19 +77,9 @@ pub async fn cluster_uid(client: &Client, shutdown: &CancellationToken) -> Optio
     }
 }
 
-/// Handles `main` passes in.
-pub struct Runtime {
-    /// Kubernetes client.
-    pub client: Client,
-    /// Leader gate.
-    pub gate: LeaderGate,
-    /// Process metrics registry.
-    pub metrics: Metrics,
-    /// `/readyz`.
-    pub readiness: Readiness,
-    /// Shutdown signal.
-    pub shutdown: CancellationToken,
-}
+/// Handles `main` passes in: controller-kit's runtime (client, leader gate, metrics,
+/// `/readyz`, shutdown signal).
+pub use controller_kit::Runtime;
 
 /// How intent reaches this agent.
 enum Inbound {

@@ -82,17 +82,7 @@ pub async fn run(
         .default_backoff()
         .touched_objects();
 
-    let ready_reader = reader.clone();
-    tokio::spawn(async move {
-        // The store's readiness signal wakes only its most recent waiter (the Controller's
-        // runner also waits on it), so poll with a timeout instead of awaiting once.
-        loop {
-            match tokio::time::timeout(std::time::Duration::from_millis(500), ready_reader.wait_until_ready()).await {
-                Ok(Ok(())) => break,
-                Ok(Err(_)) => return,
-                Err(_) => continue,
-            }
-        }
+    controller_kit::controller::on_cache_synced(reader.clone(), move || {
         info!("ApplicationInstance cache synced");
         readiness.set_ready();
     });

@@ -2,7 +2,6 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use anyhow::Context as _;
 use api::EngineKind;
 use app_controller::{
     controller::{self, Settings},
@@ -11,14 +10,9 @@ use app_controller::{
 };
 use clap::Parser;
 use controller_kit::namespaces::NamespacePairs;
-use controller_kit::{
-    CancellationToken, CommonArgs, LeaderElection, Metrics, Readiness, WriteVerb, admin, shutdown, telemetry,
-};
+use controller_kit::{CommonArgs, Runtime, WriteVerb, runtime::Never};
 use helmengine::{Engine, flux::FluxEngine};
-use kube::{
-    Client,
-    runtime::events::{Recorder, Reporter},
-};
+use kube::runtime::events::{Recorder, Reporter};
 
 const NAME: &str = "vworkspace-app-controller";
 
@@ -64,71 +58,49 @@ fn parse_engine(s: &str) -> Result<EngineKind, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    cli.common.validate()?;
-    let _telemetry = telemetry::init(NAME, &cli.common)?;
-    let shutdown = shutdown::cancel_on_signal(CancellationToken::new());
+    Runtime::builder(NAME, &cli.common)?
+        .run(|rt| async move {
+            let client = rt.client;
+            let controller_metrics = rt.metrics.controller(CONTROLLER);
+            controller_metrics.declare_write(WriteVerb::Apply, "ApplicationInstance");
+            for kind in ["Namespace", "ServiceAccount", "RoleBinding"] {
+                controller_metrics.declare_write(WriteVerb::Apply, kind);
+            }
 
-    let metrics = Metrics::new("vworkspace");
-    let readiness = Readiness::new();
-    let (admin_addr, admin) = admin::spawn(
-        cli.common.admin_addr,
-        metrics.clone(),
-        readiness.clone(),
-        shutdown.clone(),
-    )
-    .await?;
-    tracing::info!(%admin_addr, "admin server listening");
-
-    let client = Client::try_default()
-        .await
-        .context("connecting to the Kubernetes API")?;
-    let scope = cli.common.watch_scope()?;
-    let mut election = LeaderElection::start(client.clone(), &cli.common, NAME, &metrics, &shutdown)?;
-    let gate = election.gate();
-    let controller_metrics = metrics.controller(CONTROLLER);
-    controller_metrics.declare_write(WriteVerb::Apply, "ApplicationInstance");
-    for kind in ["Namespace", "ServiceAccount", "RoleBinding"] {
-        controller_metrics.declare_write(WriteVerb::Apply, kind);
-    }
-
-    let flux: Arc<dyn Engine> = Arc::new(FluxEngine::new(client.clone(), FIELD_MANAGER));
-    let engines = Engines {
-        default: cli.default_engine,
-        available: HashMap::from([(EngineKind::Flux, flux)]),
-    };
-    let reporter = Reporter {
-        controller: NAME.into(),
-        instance: Some(cli.common.identity.clone()),
-    };
-    let recorder = Recorder::new(client.clone(), reporter);
-    let settings = Settings {
-        scope: scope.clone(),
-        concurrency: cli.common.concurrency,
-    };
-    let publisher = controller_kit_publisher(&cli.common, NAME);
-    let ctx_client = client.clone();
-    let make_context = move |store| Context {
-        client: ctx_client,
-        engines,
-        scope,
-        namespace_pairs: cli.allowed_namespace_pairs,
-        repositories: cli.repositories.policy(),
-        gate,
-        metrics: controller_metrics,
-        recorder,
-        store,
-        failures: controller::failures(),
-        publisher,
-        tenancy: Tenancy::new(FIELD_MANAGER, cli.pod_security_enforce),
-    };
-
-    tokio::select! {
-        () = controller::run(client, settings, make_context, readiness, shutdown.clone()) => {}
-        res = election.wait() => res?,
-    }
-    shutdown.cancel();
-    election.wait().await?;
-    admin.await??;
+            let flux: Arc<dyn Engine> = Arc::new(FluxEngine::new(client.clone(), FIELD_MANAGER));
+            let engines = Engines {
+                default: cli.default_engine,
+                available: HashMap::from([(EngineKind::Flux, flux)]),
+            };
+            let reporter = Reporter {
+                controller: NAME.into(),
+                instance: Some(cli.common.identity.clone()),
+            };
+            let recorder = Recorder::new(client.clone(), reporter);
+            let settings = Settings {
+                scope: rt.scope.clone(),
+                concurrency: cli.common.concurrency,
+            };
+            let publisher = controller_kit_publisher(&cli.common, NAME);
+            let ctx_client = client.clone();
+            let make_context = move |store| Context {
+                client: ctx_client,
+                engines,
+                scope: rt.scope,
+                namespace_pairs: cli.allowed_namespace_pairs,
+                repositories: cli.repositories.policy(),
+                gate: rt.gate,
+                metrics: controller_metrics,
+                recorder,
+                store,
+                failures: controller::failures(),
+                publisher,
+                tenancy: Tenancy::new(FIELD_MANAGER, cli.pod_security_enforce),
+            };
+            controller::run(client, settings, make_context, rt.readiness, rt.shutdown).await;
+            Ok::<_, Never>(())
+        })
+        .await?;
     Ok(())
 }
 

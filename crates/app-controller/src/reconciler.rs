@@ -5,7 +5,7 @@
 //! finalizer → validate references → engine.materialize → engine.observe →
 //! status (written only when it changed) → events on Ready transitions.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, ops::ControlFlow, sync::Arc, time::Duration};
 
 use api::{ApplicationInstance, EngineKind, conditions::reasons};
 use controller_kit::{ControllerMetrics, LeaderGate, RetryBackoff, WatchScope, WriteVerb, namespaces::NamespacePairs};
@@ -108,18 +108,11 @@ pub struct Context {
 #[instrument(skip_all, fields(namespace = guard.namespace().unwrap_or_default(), name = guard.name_any()))]
 pub async fn reconcile(guard: Arc<DeserializeGuard<ApplicationInstance>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile_timer();
-    let app = match &guard.0 {
-        Ok(app) => app.clone(),
-        Err(invalid) => {
-            // The API server validated it, so this is a version skew or a bug: say so once and wait.
-            warn!(error = %invalid.error, "ApplicationInstance does not match this controller's schema; skipping");
-            return Ok(Action::await_change());
-        }
+    // Malformed → wait for a change; a follower keeps its cache warm and looks again later.
+    let app = match controller_kit::controller::admit(&guard, &ctx.gate, RECHECK) {
+        ControlFlow::Continue(app) => app.clone(),
+        ControlFlow::Break(action) => return Ok(action),
     };
-    if !ctx.gate.is_leader() {
-        // Followers keep caches warm but never write.
-        return Ok(Action::requeue(RECHECK));
-    }
     let namespace = app.namespace().unwrap_or_default();
     let api: Api<ApplicationInstance> = Api::namespaced(ctx.client.clone(), &namespace);
 

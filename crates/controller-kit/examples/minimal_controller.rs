@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use controller_kit::{
-    CancellationToken, CommonArgs, ControllerMetrics, LeaderElection, LeaderGate, Metrics, Readiness, WatchScope,
-    WriteVerb, admin, shutdown, telemetry,
+    CancellationToken, CommonArgs, ControllerMetrics, LeaderGate, Readiness, Runtime, WatchScope, WriteVerb,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client, ResourceExt as _, api::ListParams};
@@ -26,40 +25,20 @@ struct Cli {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
-    cli.common.validate()?;
-    let _telemetry = telemetry::init(NAME, &cli.common)?;
-    let shutdown = shutdown::cancel_on_signal(CancellationToken::new());
-
-    let metrics = Metrics::new(NAME);
-    let readiness = Readiness::new();
-    let (_, admin) = admin::spawn(
-        cli.common.admin_addr,
-        metrics.clone(),
-        readiness.clone(),
-        shutdown.clone(),
-    )
-    .await?;
-
-    let client = Client::try_default().await?;
-    let scope = cli.common.watch_scope()?;
-    let mut election = LeaderElection::start(client.clone(), &cli.common, NAME, &metrics, &shutdown)?;
-
-    let controller = run(
-        client,
-        scope,
-        election.gate(),
-        metrics.controller("configmaps"),
-        readiness,
-        shutdown.clone(),
-    );
-    tokio::select! {
-        res = controller => res?,
-        // Lost the Lease: return the error so the process exits and restarts clean.
-        res = election.wait() => res?,
-    }
-    shutdown.cancel();
-    election.wait().await?; // releases the Lease
-    admin.await??;
+    // Telemetry, signals, admin server, client, leader election; then the controllers until
+    // shutdown, or an error when the Lease is lost, so the process exits and restarts clean.
+    Runtime::builder(NAME, &cli.common)?
+        .run(|rt| {
+            run(
+                rt.client,
+                rt.scope,
+                rt.gate,
+                rt.metrics.controller("configmaps"),
+                rt.readiness,
+                rt.shutdown,
+            )
+        })
+        .await?;
     Ok(())
 }
 

@@ -628,6 +628,16 @@ impl LeaderElection {
         })
     }
 
+    /// An election from its parts, for tests of what waits on it (no client needed).
+    #[cfg(test)]
+    pub(crate) fn from_parts(
+        gate: LeaderGate,
+        task: Option<JoinHandle<Result<(), LeaderError>>>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self { gate, task, shutdown }
+    }
+
     /// The gate to hand to controllers.
     pub fn gate(&self) -> LeaderGate {
         self.gate.clone()

@@ -18,19 +18,24 @@
 //! It holds no domain knowledge and no CRD types. Errors are typed per module
 //! (`thiserror`); `anyhow` belongs in the binaries.
 //!
-//! A `main` wires it in this order (see `examples/minimal_controller.rs`):
-//! flatten [`args::CommonArgs`] → [`telemetry::init`] → [`admin::spawn`] →
-//! [`leader::LeaderElection::start`] → run the controllers with the
-//! [`leader::LeaderGate`] until [`shutdown`] or loss of the Lease.
+//! A `main` flattens [`args::CommonArgs`] into its flags and hands the rest to
+//! [`runtime::Runtime::builder`], which wires the parts in one order for every binary
+//! ([`telemetry::init`] → [`shutdown`] on signals → [`admin::spawn`] → client →
+//! [`leader::LeaderElection::start`] → the controllers, with the [`leader::LeaderGate`],
+//! until they end, shutdown or the loss of the Lease; see `examples/minimal_controller.rs`).
+//! Inside, each kube-runtime `Controller` waits for its cache and opens each reconcile
+//! the same way ([`controller`]).
 
 #![warn(missing_docs)]
 
 pub mod admin;
 pub mod args;
+pub mod controller;
 pub mod leader;
 pub mod metrics;
 pub mod namespaces;
 pub mod retry;
+pub mod runtime;
 pub mod shutdown;
 pub mod telemetry;
 
@@ -40,5 +45,6 @@ pub use leader::{LeaderElection, LeaderGate};
 pub use metrics::{ControllerMetrics, Metrics, WriteVerb};
 pub use namespaces::{NamespacePolicy, WatchScope};
 pub use retry::RetryBackoff;
+pub use runtime::Runtime;
 pub use shutdown::CancellationToken;
 pub use telemetry::{Redacted, TelemetryGuard};

@@ -1,9 +1,8 @@
 //! The `main` of every engine binary: common flags, telemetry, admin server, leader
 //! election, then one controller per driver until shutdown or loss of the Lease.
 
-use anyhow::Context as _;
 use clap::Args;
-use controller_kit::{CancellationToken, CommonArgs, LeaderElection, Metrics, Readiness, admin, shutdown, telemetry};
+use controller_kit::{CancellationToken, CommonArgs, Runtime, runtime::Never};
 use futures::future::BoxFuture;
 use kube::{
     Client,
@@ -49,54 +48,43 @@ impl EngineMain {
 
     /// Runs until a signal or the loss of the Lease.
     pub async fn run(self, common: &CommonArgs, field_manager: &'static str) -> anyhow::Result<()> {
-        common.validate()?;
-        let _telemetry = telemetry::init(self.name, common)?;
-        let shutdown = shutdown::cancel_on_signal(CancellationToken::new());
-        let metrics = Metrics::new("vworkspace");
-        let readiness = Readiness::new();
-        let (admin_addr, admin) =
-            admin::spawn(common.admin_addr, metrics.clone(), readiness.clone(), shutdown.clone()).await?;
-        tracing::info!(%admin_addr, engine = self.name, "admin server listening");
-
-        let client = Client::try_default()
-            .await
-            .context("connecting to the Kubernetes API")?;
-        let scope = common.watch_scope()?;
-        let lease_name = format!("vworkspace-{}", self.name);
-        let mut election = LeaderElection::start(client.clone(), common, &lease_name, &metrics, &shutdown)?;
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: format!("vworkspace-{}", self.name),
-                instance: Some(common.identity.clone()),
-            },
-        );
-        let settings = EngineSettings {
-            name: self.name,
-            field_manager,
-            scope,
-            concurrency: common.concurrency,
-            gate: election.gate(),
-            metrics,
-            recorder,
-            publisher: status_channel::Publisher::from_flag(
-                common.status_channel_endpoint.as_deref(),
-                self.name,
-                &common.identity,
-            ),
-        };
-        let synced = SyncTracker::new(self.controllers.len(), readiness);
-        let runs = self
-            .controllers
-            .into_iter()
-            .map(|start| start(client.clone(), settings.clone(), synced.clone(), shutdown.clone()));
-        tokio::select! {
-            _ = futures::future::join_all(runs) => {}
-            res = election.wait() => res?,
-        }
-        shutdown.cancel();
-        election.wait().await?;
-        admin.await??;
+        let name = self.name;
+        let reporter = format!("vworkspace-{name}");
+        Runtime::builder(name, common)?
+            .lease_name(reporter.clone())
+            .run(|rt| async move {
+                let recorder = Recorder::new(
+                    rt.client.clone(),
+                    Reporter {
+                        controller: reporter,
+                        instance: Some(common.identity.clone()),
+                    },
+                );
+                let settings = EngineSettings {
+                    name,
+                    field_manager,
+                    scope: rt.scope,
+                    concurrency: common.concurrency,
+                    gate: rt.gate,
+                    metrics: rt.metrics,
+                    recorder,
+                    publisher: status_channel::Publisher::from_flag(
+                        common.status_channel_endpoint.as_deref(),
+                        name,
+                        &common.identity,
+                    ),
+                };
+                let synced = SyncTracker::new(self.controllers.len(), rt.readiness);
+                let client = rt.client;
+                let shutdown = rt.shutdown;
+                let runs = self
+                    .controllers
+                    .into_iter()
+                    .map(|start| start(client.clone(), settings.clone(), synced.clone(), shutdown.clone()));
+                futures::future::join_all(runs).await;
+                Ok::<_, Never>(())
+            })
+            .await?;
         Ok(())
     }
 }

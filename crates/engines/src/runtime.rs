@@ -16,6 +16,7 @@
 
 use std::{
     future::Future,
+    ops::ControlFlow,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -51,6 +52,8 @@ use tracing::{debug, info, instrument, warn};
 /// How often a queued Operation looks at its siblings again. Operations of other engines
 /// are not watched (each engine watches only its own types), so a queue advances by polling.
 const QUEUE_POLL: Duration = Duration::from_secs(2);
+/// How often a replica that does not lead looks at an Operation again.
+const FOLLOWER_RECHECK: Duration = Duration::from_secs(5);
 
 /// Errors of one reconcile. Kubernetes errors are retried with backoff; domain errors are
 /// permanent (the spec is immutable) and end the Operation `Failed` instead.
@@ -233,17 +236,7 @@ pub async fn run<D: Driver>(
         // Our own status writes do not change the generation: they do not wake us.
         .predicate_filter(predicates::generation, Default::default());
 
-    let ready_reader = reader.clone();
-    tokio::spawn(async move {
-        // The store's readiness signal wakes only its most recent waiter (the Controller
-        // waits on it too), so poll with a timeout.
-        loop {
-            match tokio::time::timeout(Duration::from_millis(500), ready_reader.wait_until_ready()).await {
-                Ok(Ok(())) => break,
-                Ok(Err(_)) => return,
-                Err(_) => continue,
-            }
-        }
+    controller_kit::controller::on_cache_synced(reader.clone(), move || {
         info!(r#type = op_type.as_str(), "Operation cache synced");
         synced.synced();
     });
@@ -368,16 +361,11 @@ async fn reconcile<D: Driver>(
     ctx: Arc<Context<D>>,
 ) -> Result<Action, DriverError> {
     let _timer = ctx.metrics.reconcile_timer();
-    let op = match &guard.0 {
-        Ok(op) => op.clone(),
-        Err(invalid) => {
-            warn!(error = %invalid.error, "Operation does not match this engine's schema; skipping");
-            return Ok(Action::await_change());
-        }
+    // Malformed → wait for a change; a follower keeps its cache warm and looks again soon.
+    let op = match controller_kit::controller::admit(&guard, &ctx.settings.gate, FOLLOWER_RECHECK) {
+        ControlFlow::Continue(op) => op.clone(),
+        ControlFlow::Break(action) => return Ok(action),
     };
-    if !ctx.settings.gate.is_leader() {
-        return Ok(Action::requeue(Duration::from_secs(5)));
-    }
     if op
         .status
         .as_ref()
