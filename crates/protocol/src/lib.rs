@@ -39,6 +39,7 @@ pub mod plan;
 pub mod push;
 pub mod report;
 pub mod revision;
+pub mod schedule;
 pub mod validate;
 pub mod version;
 

@@ -436,6 +436,9 @@ pub struct ObjectReport {
     /// ApplicationInstance: `spec.chart.version` in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_chart_version: Option<String>,
+    /// ApplicationInstance with a backup schedule: `status.backupSchedule` (protocol 1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_schedule: Option<crate::schedule::BackupScheduleReport>,
     /// `metadata.creationTimestamp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Timestamp>,

@@ -50,6 +50,7 @@ fn base(kind: ObjectKind, meta: &ObjectMeta, state: ObjectState, observed_at: Ti
         request_id: None,
         deployed_chart_version: None,
         desired_chart_version: None,
+        backup_schedule: None,
         created_at: meta.creation_timestamp.as_ref().map(|t| t.0),
         observed_at,
     }
@@ -107,6 +108,10 @@ pub fn application_report(app: &ApplicationInstance, observed_at: Timestamp) -> 
         r.observed_generation = status.observed_generation;
         r.conditions = report_conditions(&status.conditions);
         r.deployed_chart_version = status.deployed_chart_version.clone();
+        r.backup_schedule = status
+            .backup_schedule
+            .as_ref()
+            .map(crate::schedule::BackupScheduleReport::of);
     }
     r
 }

@@ -207,6 +207,12 @@ pub fn validate_document(doc: &DesiredState) -> Result<(), ValidationError> {
                 problem: "spec.values must be an object".into(),
             });
         }
+        if let Some(schedule) = &app.spec.backup_schedule {
+            crate::schedule::check(schedule).map_err(|problem| ValidationError::Spec {
+                entry: entry.clone(),
+                problem,
+            })?;
+        }
     }
     for (i, op) in doc.operations.iter().enumerate() {
         let entry = format!("operations[{i}]");
@@ -377,6 +383,16 @@ mod tests {
                 Box::new(|d| d.applications[0].spec.chart.repository = None),
             ),
             ("values", Box::new(|d| d.applications[0].spec.values = Some(json!([1])))),
+            (
+                "spec.backupSchedule: cron",
+                Box::new(|d| {
+                    d.applications[0].spec.backup_schedule = Some(api::schedule::BackupSchedule {
+                        cron: "every night".into(),
+                        keep_last: Some(7),
+                        ..Default::default()
+                    })
+                }),
+            ),
             (
                 "bytes",
                 Box::new(|d| d.applications[0].spec.values = Some(json!({"big": "x".repeat(600 * 1024)}))),

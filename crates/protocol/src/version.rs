@@ -15,8 +15,18 @@ use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The version this crate implements.
+/// The version the binaries announce (`protocol_version` of every call and answer).
 pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 0 };
+
+/// The newest version this crate describes. History (`docs/connectivity/protocol.md`):
+///
+/// * 1.0: the first version.
+/// * 1.1: backup schedules, `spec.backupSchedule` in an application's spec and
+///   `backup_schedule` in its report ([`crate::schedule`]).
+///
+/// [`PROTOCOL_VERSION`] moves to it together with the agent's and the end-to-end tests that
+/// pin `"1.0"` (issue 17); the types of 1.1 are already carried.
+pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 1 };
 
 /// `MAJOR.MINOR`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -88,6 +88,7 @@ fn app_report() -> ObjectReport {
         request_id: None,
         deployed_chart_version: Some("1.2.3".into()),
         desired_chart_version: Some("1.2.3".into()),
+        backup_schedule: None,
         created_at: Some(ts("2026-11-20T08:00:00Z")),
         observed_at: ts("2026-11-21T10:04:13Z"),
     }
@@ -119,6 +120,7 @@ fn op_report() -> ObjectReport {
         request_id: Some("odoo-op-7".into()),
         deployed_chart_version: None,
         desired_chart_version: None,
+        backup_schedule: None,
         created_at: Some(ts("2026-11-21T10:06:00Z")),
         observed_at: ts("2026-11-21T10:06:41Z"),
     }
@@ -434,4 +436,69 @@ fn unknown_fields_and_values_are_tolerated() {
         "outcome": "postponed"}))
     .unwrap();
     assert_eq!(ack.outcome, ObjectOutcome::Unknown);
+}
+
+/// Protocol 1.1: an application with a backup schedule, as Odoo sends it.
+fn document_with_backup_schedule() -> DesiredState {
+    serde_json::from_value(json!({
+        "epoch": "c7-20261120",
+        "revision": 13,
+        "generated_at": "2026-11-25T09:00:00Z",
+        "applications": [{
+            "namespace": "team-a",
+            "name": "wiki",
+            "spec": {
+                "chart": {"name": "wiki", "version": "1.2.3",
+                          "repository": {"url": "https://charts.example.com", "interval": "1h"}},
+                "backupSchedule": {
+                    "cron": "0 2 * * *",
+                    "timeZone": "Europe/Brussels",
+                    "keepLast": 7,
+                    "ttl": "720h",
+                    "missedRunPolicy": "RunOnce",
+                    "startingDeadlineSeconds": 3600,
+                    "backup": {"includeVolumes": true, "volumeMethod": "FileSystem"}
+                }
+            }
+        }],
+        "operations": [],
+        "deletions": []
+    }))
+    .unwrap()
+}
+
+#[test]
+fn sync_result_with_a_backup_schedule() {
+    let doc = document_with_backup_schedule();
+    protocol::validate::validate_document(&doc).unwrap();
+    golden(
+        "sync_result_document_backup_schedule.json",
+        &SyncResult {
+            protocol_version: protocol::schedule::SINCE,
+            server_time: ts("2026-11-25T09:00:05Z"),
+            desired: Some(doc),
+            resync_requested: false,
+            next_sync_seconds: Some(30),
+        },
+    );
+}
+
+#[test]
+fn report_of_an_application_with_a_backup_schedule() {
+    let mut report = app_report();
+    report.backup_schedule = Some(protocol::schedule::BackupScheduleReport {
+        scheduled: "True".into(),
+        reason: Some("Scheduled".into()),
+        message: Some("Backups run at 0 2 * * * in Europe/Brussels".into()),
+        last_schedule_time: Some(ts("2026-11-25T01:00:00Z")),
+        last_successful_time: Some(ts("2026-11-25T01:03:12Z")),
+        last_skipped_time: None,
+        next_schedule_time: Some(ts("2026-11-26T01:00:00Z")),
+        active: None,
+        kept_backups: vec![
+            "team-a-wiki-backup-202611250100-5c1d0e9a7b".into(),
+            "team-a-wiki-backup-202611240100-0f3a2b1c4d".into(),
+        ],
+    });
+    golden("report_application_backup_schedule.json", &report);
 }
