@@ -116,14 +116,14 @@ pub fn kustomization(dir: &Path, options: &BundleOptions<'_>) -> anyhow::Result<
             "literals": [format!("allowed-namespaces={}", options.allowed_namespaces)],
         }],
         "patches": [
-            {"target": {"kind": "Deployment"}, "patch": serde_yaml::to_string(&placement_patch)?},
+            {"target": {"kind": "Deployment"}, "patch": serde_saphyr::to_string(&placement_patch)?},
             {
                 "target": {"kind": "Deployment", "name": "app-controller", "namespace": deploy::SYSTEM_NAMESPACE},
                 "patch": serde_json::to_string(&app_controller_ops)?,
             },
         ],
     });
-    Ok(serde_yaml::to_string(&kustomization)?)
+    Ok(serde_saphyr::to_string(&kustomization)?)
 }
 
 /// The path of `to` relative to the directory `from` (both made absolute and canonical).
@@ -685,12 +685,12 @@ mod tests {
             },
         )
         .expect("kustomization");
-        let k: Value = serde_yaml::from_str(&text).expect("yaml");
+        let k: Value = serde_saphyr::from_str(&text).expect("yaml");
         assert_eq!(k["resources"].as_array().map(Vec::len), Some(1));
         assert_eq!(k["resources"][0], "../deploy/overlays/full");
         assert_eq!(k["configMapGenerator"][0]["behavior"], "merge");
         assert_eq!(k["configMapGenerator"][0]["literals"][0], "allowed-namespaces=e2e-x");
-        let placement: Value = serde_yaml::from_str(k["patches"][0]["patch"].as_str().expect("patch")).expect("yaml");
+        let placement: Value = serde_saphyr::from_str(k["patches"][0]["patch"].as_str().expect("patch")).expect("yaml");
         assert_eq!(
             placement["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"],
             "real-node-0"

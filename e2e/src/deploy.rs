@@ -180,7 +180,7 @@ pub fn to_yaml(docs: &[&Value]) -> anyhow::Result<String> {
     let mut out = String::new();
     for doc in docs {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(doc)?);
+        out.push_str(&serde_saphyr::to_string(doc)?);
     }
     Ok(out)
 }
@@ -208,12 +208,12 @@ pub fn service_account_user(namespace_: &str, name_: &str) -> String {
 /// with exactly that ServiceAccount's RBAC. Returns its path.
 pub fn impersonating_kubeconfig(namespace_: &str, name_: &str, file_stem: &str) -> anyhow::Result<PathBuf> {
     let admin = std::fs::read_to_string(cluster_dir().join("admin.kubeconfig"))?;
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&admin)?;
-    let users = config["users"].as_sequence_mut().context("kubeconfig without users")?;
+    let mut config: serde_json::Value = serde_saphyr::from_str(&admin)?;
+    let users = config["users"].as_array_mut().context("kubeconfig without users")?;
     for user in users {
         let u = &mut user["user"];
-        u["as"] = serde_yaml::Value::from(service_account_user(namespace_, name_));
-        u["as-groups"] = serde_yaml::to_value([
+        u["as"] = serde_json::Value::from(service_account_user(namespace_, name_));
+        u["as-groups"] = serde_json::to_value([
             "system:serviceaccounts".to_owned(),
             format!("system:serviceaccounts:{namespace_}"),
             "system:authenticated".to_owned(),
@@ -227,7 +227,7 @@ pub fn impersonating_kubeconfig(namespace_: &str, name_: &str, file_stem: &str) 
     static WRITES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{file_stem}.{}.{n}.tmp", std::process::id()));
-    std::fs::write(&tmp, serde_yaml::to_string(&config)?)?;
+    std::fs::write(&tmp, serde_saphyr::to_string(&config)?)?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }

@@ -254,14 +254,8 @@ async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
 
 /// Splits a multi-document YAML string into JSON values (empty documents skipped).
 pub fn yaml_documents(yaml: &str) -> anyhow::Result<Vec<serde_json::Value>> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let value = <serde_json::Value as serde::Deserialize>::deserialize(doc)?;
-        if !value.is_null() {
-            docs.push(value);
-        }
-    }
-    Ok(docs)
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml)?;
+    Ok(docs.into_iter().filter(|value| !value.is_null()).collect())
 }
 
 /// Resolves the API resource of a JSON object through discovery.

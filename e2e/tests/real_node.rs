@@ -58,7 +58,7 @@ async fn a_pod_really_runs_on_the_real_node_and_kwok_stays_the_default() -> anyh
     let ctx = TestContext::new("node-pod").await?;
     let busybox = image("registry.invalid/vworkspace/busybox")?;
     let script = "echo ran as $(id -u) on $(cat /proc/sys/kernel/hostname)";
-    ctx.apply_yaml(&serde_yaml::to_string(&shell_pod(
+    ctx.apply_yaml(&serde_saphyr::to_string(&shell_pod(
         "real",
         &busybox,
         script,
@@ -66,7 +66,7 @@ async fn a_pod_really_runs_on_the_real_node_and_kwok_stays_the_default() -> anyh
         json!({}),
     ))?)
     .await?;
-    ctx.apply_yaml(&serde_yaml::to_string(&shell_pod(
+    ctx.apply_yaml(&serde_saphyr::to_string(&shell_pod(
         "fake",
         &busybox,
         script,
@@ -120,7 +120,7 @@ async fn services_and_cluster_dns_work_on_the_real_node() -> anyhow::Result<()> 
          "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080}]}},
     ]);
     for doc in manifests.as_array().into_iter().flatten() {
-        ctx.apply_yaml(&serde_yaml::to_string(doc)?).await?;
+        ctx.apply_yaml(&serde_saphyr::to_string(doc)?).await?;
     }
     let service = ctx.api::<Service>().get("web").await?;
     let cluster_ip = service.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
@@ -134,7 +134,7 @@ async fn services_and_cluster_dns_work_on_the_real_node() -> anyhow::Result<()> 
     let fqdn = format!("web.{}.svc.cluster.local", ctx.namespace);
     let script =
         format!("nslookup {fqdn} && printf 'GET / HTTP/1.0\\r\\nHost: web\\r\\n\\r\\n' | nc -w 5 {cluster_ip} 80");
-    ctx.apply_yaml(&serde_yaml::to_string(&shell_pod(
+    ctx.apply_yaml(&serde_saphyr::to_string(&shell_pod(
         "client",
         &busybox,
         &script,
@@ -162,7 +162,7 @@ async fn a_volume_holds_data_across_pods() -> anyhow::Result<()> {
     require_real_node()?;
     let ctx = TestContext::new("node-pvc").await?;
     let busybox = image("registry.invalid/vworkspace/busybox")?;
-    ctx.apply_yaml(&serde_yaml::to_string(&json!({
+    ctx.apply_yaml(&serde_saphyr::to_string(&json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "16Mi"}}},
     }))?)
@@ -182,11 +182,11 @@ async fn a_volume_holds_data_across_pods() -> anyhow::Result<()> {
         true,
         volume.clone(),
     ));
-    ctx.apply_yaml(&serde_yaml::to_string(&writer)?).await?;
+    ctx.apply_yaml(&serde_saphyr::to_string(&writer)?).await?;
     wait_pod_phase(&ctx, "writer", "Succeeded", POD_TIMEOUT).await?;
     let written = pod_log(&ctx, "writer").await?;
     let reader = mount(shell_pod("reader", &busybox, "sha256sum /data/blob", true, volume));
-    ctx.apply_yaml(&serde_yaml::to_string(&reader)?).await?;
+    ctx.apply_yaml(&serde_saphyr::to_string(&reader)?).await?;
     wait_pod_phase(&ctx, "reader", "Succeeded", POD_TIMEOUT).await?;
     let read = pod_log(&ctx, "reader").await?;
     assert!(written.len() > 64, "the writer printed no checksum: {written:?}");
@@ -235,11 +235,11 @@ async fn a_chart_installed_by_flux_serves_from_the_real_node() -> anyhow::Result
     require_real_node()?;
     let ctx = TestContext::new("node-flux").await?;
     flux::grant_release(&ctx.client, &ctx.namespace).await?;
-    ctx.apply_yaml(&serde_yaml::to_string(&local_helm_repository("local"))?)
+    ctx.apply_yaml(&serde_saphyr::to_string(&local_helm_repository("local"))?)
         .await?;
     let mut values = placement();
     merge(&mut values, json!({"greeting": "hello from a real pod"}));
-    ctx.apply_yaml(&serde_yaml::to_string(&helm_release(
+    ctx.apply_yaml(&serde_saphyr::to_string(&helm_release(
         "demo", "local", "demo-app", "0.1.0", values,
     ))?)
     .await?;

@@ -17,10 +17,10 @@ const INSTALL_TIMEOUT: Duration = Duration::from_secs(120);
 async fn helm_release_applied_directly_becomes_ready() -> anyhow::Result<()> {
     let ctx = TestContext::new("smoke-hr").await?;
     flux::grant_release(&ctx.client, &ctx.namespace).await?;
-    ctx.apply_yaml(&serde_yaml::to_string(&local_helm_repository("local"))?)
+    ctx.apply_yaml(&serde_saphyr::to_string(&local_helm_repository("local"))?)
         .await?;
     let values = serde_json::json!({"greeting": "hello from e2e"});
-    ctx.apply_yaml(&serde_yaml::to_string(&helm_release(
+    ctx.apply_yaml(&serde_saphyr::to_string(&helm_release(
         "demo", "local", "demo-app", "0.1.0", values,
     ))?)
     .await?;
@@ -58,14 +58,14 @@ async fn helm_release_applied_directly_becomes_ready() -> anyhow::Result<()> {
 async fn broken_chart_version_reports_real_flux_reason() -> anyhow::Result<()> {
     let ctx = TestContext::new("smoke-broken").await?;
     flux::grant_release(&ctx.client, &ctx.namespace).await?;
-    ctx.apply_yaml(&serde_yaml::to_string(&local_helm_repository("local"))?)
+    ctx.apply_yaml(&serde_saphyr::to_string(&local_helm_repository("local"))?)
         .await?;
     let hr = helm_release("broken", "local", "broken-app", "1.0.0", serde_json::json!({}));
-    ctx.apply_yaml(&serde_yaml::to_string(&hr)?).await?;
+    ctx.apply_yaml(&serde_saphyr::to_string(&hr)?).await?;
     wait_helm_release_ready(&ctx, "broken", INSTALL_TIMEOUT).await?;
 
     let hr = helm_release("broken", "local", "broken-app", "2.0.0", serde_json::json!({}));
-    ctx.apply_yaml(&serde_yaml::to_string(&hr)?).await?;
+    ctx.apply_yaml(&serde_saphyr::to_string(&hr)?).await?;
     let hr = wait_helm_release_failed(&ctx, "broken", INSTALL_TIMEOUT).await?;
     let (_, reason, message) = condition(&hr, "Ready").expect("Ready condition");
     assert_eq!(reason, "UpgradeFailed", "Ready message: {message}");

@@ -151,7 +151,7 @@ async fn lookup_cannot_read_another_namespaces_secret() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_helm_release_without_service_account_gets_no_rights() -> anyhow::Result<()> {
     let ctx = TestContext::new("tf-direct").await?;
-    ctx.apply_yaml(&serde_yaml::to_string(&flux::local_helm_repository("local"))?)
+    ctx.apply_yaml(&serde_saphyr::to_string(&flux::local_helm_repository("local"))?)
         .await?;
     let mut hr = flux::helm_release("direct", "local", "demo-app", "0.1.0", json!({}));
     if let Some(spec) = hr["spec"].as_object_mut() {

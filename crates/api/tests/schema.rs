@@ -173,11 +173,11 @@ fn operation_fields_are_selectable() {
 fn generated_yaml_is_deterministic() {
     let a: Vec<String> = api::all_crds()
         .iter()
-        .map(|c| serde_yaml::to_string(c).unwrap())
+        .map(|c| serde_saphyr::to_string(c).unwrap())
         .collect();
     let b: Vec<String> = api::all_crds()
         .iter()
-        .map(|c| serde_yaml::to_string(c).unwrap())
+        .map(|c| serde_saphyr::to_string(c).unwrap())
         .collect();
     assert_eq!(a, b);
 }
@@ -198,7 +198,7 @@ fn examples(kind: &str) -> Vec<PathBuf> {
 
 fn load(path: &Path) -> (String, Value) {
     let text = std::fs::read_to_string(path).unwrap();
-    let value: Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let value: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     (text, value)
 }
 

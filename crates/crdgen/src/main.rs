@@ -29,15 +29,12 @@ fn main() -> anyhow::Result<ExitCode> {
     let mut files = Vec::new();
     for crd in api::all_crds() {
         let name = crd.metadata.name.clone().context("CRD without a name")?;
-        files.push((
-            format!("{name}.yaml"),
-            format!("{HEADER}{}", serde_yaml::to_string(&crd)?),
-        ));
+        files.push((format!("{name}.yaml"), format!("{HEADER}{}", to_yaml(&crd)?)));
     }
     let mut policies = String::from(HEADER);
     for doc in api::admission::admission_policies() {
         policies.push_str("---\n");
-        policies.push_str(&serde_yaml::to_string(&doc)?);
+        policies.push_str(&to_yaml(&doc)?);
     }
     files.push((POLICIES_FILE.to_owned(), policies));
 
@@ -64,4 +61,12 @@ fn main() -> anyhow::Result<ExitCode> {
         eprintln!("  {path}");
     }
     Ok(ExitCode::FAILURE)
+}
+
+/// One document as YAML: long single-line strings (descriptions, CEL rules) stay on
+/// one line, as `kubectl get -o yaml` writes them; multi-line ones are literal blocks.
+fn to_yaml<T: serde::Serialize>(doc: &T) -> anyhow::Result<String> {
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
+    Ok(serde_saphyr::to_string_with_options(doc, options)?)
 }
