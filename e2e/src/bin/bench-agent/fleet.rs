@@ -79,6 +79,7 @@ fn fleet_reports(index: usize, objects: usize, now: Timestamp) -> Vec<ObjectRepo
         request_id: None,
         deployed_chart_version: None,
         desired_chart_version: None,
+        backup_schedule: None,
         created_at: Some(created),
         observed_at: now,
     };

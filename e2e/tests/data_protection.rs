@@ -1,0 +1,167 @@
+//! Application data protection with real volume data (issue 17): the `data-app` chart
+//! keeps a random file on a `local-path` claim on the real node; a Backup Operation with
+//! volumes (Velero's file-system backup: the node-agent on the real node, Kopia, S3 on
+//! loopback) and a Restore Operation bring it back byte for byte after the claim and
+//! the workload are gone.
+
+use std::time::Duration;
+
+use api::OperationPhase;
+use e2e::{
+    TestContext,
+    apps::{app, apply_app, start_controller, wait_deployed},
+    deploy::kubectl,
+    eventually,
+    ops::{create_operation, operation, start_engine, wait_phase},
+    real_node::{placement, require_real_node},
+};
+use serde_json::{Value, json};
+
+const VELERO_NAMESPACE: &str = "velero";
+/// The files the app keeps on its claim that the test compares.
+const DATA_FILES: [&str; 2] = ["/data/seed.bin", "/data/generation"];
+const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// `sha256sum` of the app's data files, read in its running container.
+async fn checksums(ctx: &TestContext, release: &str) -> anyhow::Result<String> {
+    let target = format!("deploy/{release}");
+    let mut args = vec![
+        "-n",
+        ctx.namespace.as_str(),
+        "exec",
+        &target,
+        "-c",
+        "app",
+        "--",
+        "sha256sum",
+    ];
+    args.extend(DATA_FILES);
+    kubectl(&args, None).await
+}
+
+/// Waits until the release's Deployment has an available replica.
+async fn wait_available(ctx: &TestContext, release: &str) -> anyhow::Result<()> {
+    let target = format!("deployment/{release}");
+    let timeout = format!("--timeout={}s", ROLLOUT_TIMEOUT.as_secs());
+    kubectl(
+        &["-n", ctx.namespace.as_str(), "rollout", "status", &target, &timeout],
+        None,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Velero's PodVolumeBackups (or Restores) of the Velero object `owner_label=name`, as
+/// `(phase, bytes done)`.
+async fn pod_volume_items(resource: &str, owner_label: &str, name: &str) -> anyhow::Result<Vec<(String, u64)>> {
+    let selector = format!("{owner_label}={name}");
+    let out = kubectl(
+        &["-n", VELERO_NAMESPACE, "get", resource, "-l", &selector, "-o", "json"],
+        None,
+    )
+    .await?;
+    let list: Value = serde_json::from_str(&out)?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|item| {
+            (
+                item.pointer("/status/phase")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                item.pointer("/status/progress/bytesDone")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            )
+        })
+        .collect())
+}
+
+/// The Velero child (`Backup` or `Restore`) an Operation lists.
+fn velero_child(op: &api::Operation, kind: &str) -> anyhow::Result<String> {
+    op.status
+        .iter()
+        .flat_map(|s| &s.children)
+        .find(|c| c.api_version == "velero.io/v1" && c.kind == kind)
+        .map(|c| c.name.clone())
+        .ok_or_else(|| anyhow::anyhow!("the Operation lists no Velero {kind}"))
+}
+
+#[tokio::test]
+async fn volume_data_comes_back_byte_for_byte_through_file_system_backup_and_restore() -> anyhow::Result<()> {
+    require_real_node()?;
+    let ctx = TestContext::new("data-fs").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _backup = start_engine(&ctx, "backup-engine", &[]).await?;
+    let _restore = start_engine(&ctx, "restore-engine", &[]).await?;
+
+    let size_kib = 4096;
+    let mut values = placement();
+    values["dataSizeKiB"] = json!(size_kib);
+    values["generation"] = json!("first, with UTF-8: é ✓");
+    apply_app(&ctx, &app("files", "data-app", "1.0.0", values)).await?;
+    wait_deployed(&ctx, "files", "InstallSucceeded", "1.0.0").await?;
+    wait_available(&ctx, "files").await?;
+    let before = checksums(&ctx, "files").await?;
+
+    // Back up with volumes: Velero's file-system backup through the node-agent.
+    create_operation(
+        &ctx,
+        &operation(
+            "with-data",
+            "files",
+            "Backup",
+            json!({"includeVolumes": true, "volumeMethod": "FileSystem", "ttl": "1h"}),
+        ),
+    )
+    .await?;
+    let backup = wait_phase(&ctx, "with-data", OperationPhase::Succeeded, "Completed").await?;
+    let velero_backup = velero_child(&backup, "Backup")?;
+    let volumes = pod_volume_items("podvolumebackups.velero.io", "velero.io/backup-name", &velero_backup).await?;
+    assert_eq!(
+        volumes,
+        vec![(
+            "Completed".to_owned(),
+            size_kib * 1024 + "first, with UTF-8: é ✓\n".len() as u64
+        )],
+        "one PodVolumeBackup of the claim, every byte of it"
+    );
+
+    // Lose the data: the workload and the claim (its local volume goes with it).
+    let ns = ctx.namespace.as_str();
+    kubectl(&["-n", ns, "delete", "deployment", "files", "--wait=true"], None).await?;
+    kubectl(&["-n", ns, "delete", "pvc", "files-data", "--wait=true"], None).await?;
+    eventually(&ctx, "the claim and the app's pods gone", ROLLOUT_TIMEOUT, || async {
+        let pvcs = kubectl(&["-n", ns, "get", "pvc", "-o", "name"], None).await?;
+        let pods = kubectl(&["-n", ns, "get", "pods", "-o", "name"], None).await?;
+        Ok(if pvcs.trim().is_empty() && pods.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(format!("claims: {pvcs:?}, pods: {pods:?}"))
+        })
+    })
+    .await?;
+
+    create_operation(
+        &ctx,
+        &operation(
+            "bring-back",
+            "files",
+            "Restore",
+            json!({"source": {"operationName": "with-data"}, "restoreVolumes": true}),
+        ),
+    )
+    .await?;
+    let restore = wait_phase(&ctx, "bring-back", OperationPhase::Succeeded, "Completed").await?;
+    let velero_restore = velero_child(&restore, "Restore")?;
+    let volumes = pod_volume_items("podvolumerestores.velero.io", "velero.io/restore-name", &velero_restore).await?;
+    assert_eq!(volumes.len(), 1, "one PodVolumeRestore: {volumes:?}");
+    assert_eq!(volumes[0].0, "Completed", "{volumes:?}");
+
+    wait_available(&ctx, "files").await?;
+    let after = checksums(&ctx, "files").await?;
+    assert_eq!(after, before, "the restored volume holds the same bytes");
+    Ok(())
+}
