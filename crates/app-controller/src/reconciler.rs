@@ -406,10 +406,16 @@ async fn write_status(
     if !status::needs_write(app, &next) {
         return Ok(());
     }
+    // `status.backupSchedule` is the backup engine's (ADR 0008): applying it here too would
+    // make this controller a co-owner that writes back a stale copy.
+    let owned = api::ApplicationInstanceStatus {
+        backup_schedule: None,
+        ..next.clone()
+    };
     let patch = serde_json::json!({
         "apiVersion": api::API_VERSION,
         "kind": "ApplicationInstance",
-        "status": next,
+        "status": owned,
     });
     ctx.metrics.api_write(WriteVerb::Apply, "ApplicationInstance");
     api.patch_status(

@@ -389,6 +389,46 @@ async fn a_message_change_is_written_without_an_event() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `status.backupSchedule` belongs to the backup engine (ADR 0008): the app controller's status
+/// apply leaves it out (so it never co-owns the field and writes back a stale copy), and the
+/// field being there does not make the app controller write at rest.
+#[tokio::test]
+async fn the_backup_schedule_status_is_left_to_the_backup_engine() -> anyhow::Result<()> {
+    let (ctx, mut server) = context(None)?;
+    let mut app = app("https://127.0.0.1/charts");
+    let schedule_status = json!({
+        "schedule": "0 2 * * * in Europe/Brussels",
+        "since": "2026-11-24T10:00:00Z",
+        "nextScheduleTime": "2026-11-26T01:00:00Z",
+        "keptBackups": ["team-a-wiki-backup-202611250100"],
+    });
+    app.status = Some(serde_json::from_value(json!({
+        "observedGeneration": 1,
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "RepositoryNotAllowed", "message": "an older wording",
+             "observedGeneration": 1, "lastTransitionTime": "2026-11-25T01:00:00Z"},
+        ],
+        "backupSchedule": schedule_status,
+    }))?);
+    let app_json = serde_json::to_value(&app)?;
+    let script = vec![Step::ok(Method::PATCH, APP_STATUS_PATH, app_json)];
+    let (result, seen) = reconcile(&mut server, &ctx, &app, script).await?;
+    ensure!(result.is_ok(), "{result:?}");
+    let sent = seen[0].body()?;
+    ensure!(sent["status"].get("backupSchedule").is_none(), "{sent}");
+    ensure!(condition(&seen[0], "Ready")?["message"] != "an older wording");
+
+    // The server now holds our conditions and the engine's field: nothing to write.
+    let mut app = with_status_from(app, &seen[0])?;
+    if let Some(status) = app.status.as_mut() {
+        status.backup_schedule = Some(serde_json::from_value(schedule_status)?);
+    }
+    let (result, seen) = reconcile(&mut server, &ctx, &app, Vec::new()).await?;
+    ensure!(result.is_ok(), "{result:?}");
+    ensure!(seen.is_empty(), "{seen:?}");
+    Ok(())
+}
+
 /// Without our finalizer, the first reconcile only adds it (a JSON patch that fails if
 /// someone changed the list meanwhile) and waits for the resulting change.
 #[tokio::test]
