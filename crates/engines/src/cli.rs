@@ -46,6 +46,22 @@ impl EngineMain {
         self
     }
 
+    /// Adds the controller of ApplicationInstances' backup schedules ([`crate::schedule`]),
+    /// which creates Backup Operations in Velero's namespace `velero_namespace`.
+    pub fn backup_schedules(mut self, velero_namespace: String) -> Self {
+        self.controllers
+            .push(Box::new(move |client, settings, synced, shutdown| {
+                Box::pin(crate::schedule::run(
+                    client,
+                    velero_namespace,
+                    settings,
+                    synced,
+                    shutdown,
+                ))
+            }));
+        self
+    }
+
     /// Runs until a signal or the loss of the Lease.
     pub async fn run(self, common: &CommonArgs, field_manager: &'static str) -> anyhow::Result<()> {
         let name = self.name;

@@ -6,7 +6,7 @@
 //!
 //! | Binary | Drivers |
 //! |---|---|
-//! | `backup-engine` | [`backup::BackupDriver`], [`snapshot::SnapshotDriver`] |
+//! | `backup-engine` | [`backup::BackupDriver`], [`snapshot::SnapshotDriver`], and the backup schedules of ApplicationInstances ([`schedule`]) |
 //! | `restore-engine` | [`restore::RestoreDriver`] |
 //! | `upgrade-engine` | [`upgrade::UpgradeDriver`], [`upgrade::RollbackDriver`] |
 //! | `runbook-engine` | [`runbook::RunbookDriver`] |
@@ -17,6 +17,7 @@ pub mod cli;
 pub mod restore;
 pub mod runbook;
 pub mod runtime;
+pub mod schedule;
 pub mod snapshot;
 pub mod upgrade;
 

@@ -193,7 +193,7 @@ impl SyncTracker {
         }
     }
 
-    fn synced(&self) {
+    pub(crate) fn synced(&self) {
         if self.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.readiness.set_ready();
         }
@@ -570,21 +570,45 @@ async fn write_status<D: Driver>(
 }
 
 async fn publish<D: Driver>(ctx: &Context<D>, op: &Operation, type_: EventType, reason: &str, note: String) {
+    let object = op.object_ref(&());
+    publish_event(
+        &ctx.settings,
+        &ctx.metrics,
+        &object,
+        op.spec.type_.as_str(),
+        type_,
+        reason,
+        note,
+    )
+    .await;
+}
+
+/// Publishes an Event about `object` (its note cut at 1000 bytes on a character boundary);
+/// a failure is only logged: an Event is never worth a retry.
+pub(crate) async fn publish_event(
+    settings: &EngineSettings,
+    metrics: &ControllerMetrics,
+    object: &k8s_openapi::api::core::v1::ObjectReference,
+    action: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let event = Event {
         type_,
         reason: reason.into(),
         note: Some(api::text::prefix_within(&note, 1000).to_owned()),
-        action: op.spec.type_.as_str().into(),
+        action: action.into(),
         secondary: None,
     };
-    ctx.metrics.api_write(WriteVerb::Create, "Event");
-    if let Err(e) = ctx.settings.recorder.publish(&event, &op.object_ref(&())).await {
+    metrics.api_write(WriteVerb::Create, "Event");
+    if let Err(e) = settings.recorder.publish(&event, object).await {
         debug!(error = %e, "publishing event failed");
     }
 }
 
 /// Time from `now` until `at`, at least one second.
-fn until(now: Timestamp, at: Timestamp) -> Duration {
+pub(crate) fn until(now: Timestamp, at: Timestamp) -> Duration {
     let secs = (at.as_millisecond() - now.as_millisecond()).max(1000);
     Duration::from_millis(u64::try_from(secs).unwrap_or(1000))
 }

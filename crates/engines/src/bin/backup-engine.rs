@@ -1,4 +1,5 @@
-//! `backup-engine`: Backup Operations through Velero, Snapshot Operations through CSI.
+//! `backup-engine`: Backup Operations through Velero, Snapshot Operations through CSI, and
+//! the backup schedules of ApplicationInstances (a Backup Operation per scheduled run).
 
 use clap::Parser;
 use engines::{backup::BackupDriver, cli::EngineMain, snapshot::SnapshotDriver};
@@ -7,7 +8,8 @@ use engines::{backup::BackupDriver, cli::EngineMain, snapshot::SnapshotDriver};
 #[command(
     name = "backup-engine",
     version,
-    about = "Runs Backup Operations as Velero Backups and Snapshot Operations as CSI VolumeSnapshots."
+    about = "Runs Backup Operations as Velero Backups, Snapshot Operations as CSI VolumeSnapshots, and \
+             ApplicationInstances' backup schedules as Backup Operations."
 )]
 struct Cli {
     #[command(flatten)]
@@ -22,9 +24,10 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     EngineMain::new("backup-engine")
         .driver(BackupDriver {
-            velero_namespace: cli.velero_namespace,
+            velero_namespace: cli.velero_namespace.clone(),
         })
         .driver(SnapshotDriver)
+        .backup_schedules(cli.velero_namespace)
         .run(&cli.engine.common, "vworkspace-backup-engine")
         .await
 }
