@@ -444,3 +444,6 @@ mod tests {
         assert_eq!(resource.plural, "deletebackuprequests");
     }
 }
+
+#[cfg(test)]
+mod api_tests;
