@@ -342,7 +342,7 @@ async fn carry_out(
             Api::namespaced_with(ctx.client.clone(), &ctx.velero_namespace, &delete_backup_requests());
         for backup in &decision.delete_backups {
             let object = schedule::delete_backup_request(backup, &ctx.velero_namespace, app);
-            let request: DynamicObject = serde_json::from_value(object).map_err(|e| kube::Error::SerdeError(e))?;
+            let request: DynamicObject = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
             ctx.metrics.api_write(WriteVerb::Create, "DeleteBackupRequest");
             if created(requests.create(&post, &request).await)? {
                 info!(%backup, "retention: asked Velero to delete the backup");
