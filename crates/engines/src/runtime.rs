@@ -177,6 +177,32 @@ pub struct EngineSettings {
     pub publisher: status_channel::Publisher,
 }
 
+#[cfg(test)]
+impl EngineSettings {
+    /// The backup engine's settings on `client` for reconcile tests: every namespace but the
+    /// system ones allowed (or only `allowed`), always the leader, no status channel.
+    pub(crate) fn for_tests(client: &Client, allowed: Option<&str>) -> anyhow::Result<Self> {
+        let policy = match allowed {
+            Some(ns) => ns.parse()?,
+            None => controller_kit::namespaces::NamespacePolicy::All,
+        };
+        let reporter = kube::runtime::events::Reporter {
+            controller: "backup-engine".into(),
+            instance: None,
+        };
+        Ok(Self {
+            name: "backup-engine",
+            field_manager: "vworkspace-backup-engine",
+            scope: WatchScope::new(policy, None)?,
+            concurrency: 1,
+            gate: LeaderGate::always_leader(),
+            metrics: controller_kit::Metrics::new("test"),
+            recorder: Recorder::new(client.clone(), reporter),
+            publisher: status_channel::Publisher::disabled(),
+        })
+    }
+}
+
 /// Marks the binary ready once every controller's cache has synced.
 #[derive(Clone)]
 pub struct SyncTracker {

@@ -165,7 +165,7 @@ pub async fn run(
         .for_each(|result| async move {
             match result {
                 Ok((object, action)) => debug!(%object, ?action, "reconciled"),
-                Err(e) => debug!(error = %e, "controller event"),
+                Err(e) => warn!(error = %e, "controller event"),
             }
         })
         .await;

@@ -6,7 +6,6 @@ use std::sync::Mutex;
 
 use anyhow::{Context as _, ensure};
 use http::Method;
-use kube::runtime::events::Reporter;
 use operations::Outcome;
 use serde_json::{Value, json};
 use test_support::{ApiServer, Seen, Step};
@@ -72,30 +71,12 @@ fn running(message: &str) -> Outcome {
 /// ones is allowed, or only `allowed`.
 fn context(driver: Fake, allowed: Option<&str>) -> anyhow::Result<(Arc<Context<Fake>>, ApiServer)> {
     let (client, server) = test_support::pair();
-    let policy = match allowed {
-        Some(ns) => ns.parse()?,
-        None => controller_kit::namespaces::NamespacePolicy::All,
-    };
-    let metrics = controller_kit::Metrics::new("test");
-    let reporter = Reporter {
-        controller: "backup-engine".into(),
-        instance: None,
-    };
-    let settings = EngineSettings {
-        name: "backup-engine",
-        field_manager: FIELD_MANAGER,
-        scope: WatchScope::new(policy, None)?,
-        concurrency: 1,
-        gate: LeaderGate::always_leader(),
-        metrics: metrics.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        publisher: status_channel::Publisher::disabled(),
-    };
+    let settings = EngineSettings::for_tests(&client, allowed)?;
     let ctx = Context {
         driver,
         client,
+        metrics: settings.metrics.controller(controller_name(OperationType::Backup)),
         settings,
-        metrics: metrics.controller(controller_name(OperationType::Backup)),
         failures: RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(300)),
     };
     Ok((Arc::new(ctx), server))

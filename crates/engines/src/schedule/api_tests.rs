@@ -3,9 +3,7 @@
 //! written" is a script of reads only.
 
 use anyhow::{Context as _, ensure};
-use controller_kit::{LeaderGate, WatchScope, namespaces::NamespacePolicy};
 use http::Method;
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
 use test_support::{ApiServer, Step};
 
@@ -22,26 +20,12 @@ const RUN: &str = "wiki-backup-202601010000";
 
 fn context() -> anyhow::Result<(Arc<Context>, ApiServer)> {
     let (client, server) = test_support::pair();
-    let metrics = controller_kit::Metrics::new("test");
-    let reporter = Reporter {
-        controller: "backup-engine".into(),
-        instance: None,
-    };
-    let settings = EngineSettings {
-        name: "backup-engine",
-        field_manager: FIELD_MANAGER,
-        scope: WatchScope::new(NamespacePolicy::All, None)?,
-        concurrency: 1,
-        gate: LeaderGate::always_leader(),
-        metrics: metrics.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        publisher: status_channel::Publisher::disabled(),
-    };
+    let settings = EngineSettings::for_tests(&client, None)?;
     let ctx = Context {
         client,
         velero_namespace: "velero".into(),
+        metrics: settings.metrics.controller(CONTROLLER),
         settings,
-        metrics: metrics.controller(CONTROLLER),
         failures: RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(300)),
     };
     Ok((Arc::new(ctx), server))
