@@ -95,7 +95,7 @@ async fn a_pushed_document_becomes_a_ready_release_and_the_status_endpoint_repor
     );
     let (status, answer) = push_call(&odoo, &agent.url, "apply", Some(&token), &body).await?;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["protocol_version"], "1.0");
+    assert_eq!(answer["protocol_version"], protocol::PROTOCOL_VERSION.to_string());
     // Exactly the acknowledgement pull mode sends back.
     let ack: DocumentAck = serde_json::from_value(answer.clone())?;
     assert_eq!((ack.revision, ack.outcome), (1, DocumentOutcome::Applied));

@@ -71,7 +71,7 @@ async fn success_and_every_failure_mode() {
         )
         .await
         .unwrap();
-    assert_eq!(ok["protocol_version"], "1.0");
+    assert_eq!(ok["protocol_version"], protocol::PROTOCOL_VERSION.to_string());
 
     let bad = Redacted::new("wrong-key".to_owned());
     let err = c.call(&bad, METHOD_SYNC, &json!({})).await.unwrap_err();

@@ -15,17 +15,15 @@ use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The version the binaries announce (`protocol_version` of every call and answer).
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion { major: 1, minor: 0 };
+/// The version the binaries announce (`protocol_version` of every call and answer): the
+/// newest one, since the backup engine runs what 1.1 adds ([`LATEST`]).
+pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 
 /// The newest version this crate describes. History (`docs/connectivity/protocol.md`):
 ///
 /// * 1.0: the first version.
 /// * 1.1: backup schedules, `spec.backupSchedule` in an application's spec and
 ///   `backup_schedule` in its report ([`crate::schedule`]).
-///
-/// [`PROTOCOL_VERSION`] moves to it together with the agent's and the end-to-end tests that
-/// pin `"1.0"` (issue 17); the types of 1.1 are already carried.
 pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 1 };
 
 /// `MAJOR.MINOR`.
@@ -93,12 +91,12 @@ mod tests {
 
     #[test]
     fn parse_and_display() {
-        assert_eq!("1.0".parse(), Ok(PROTOCOL_VERSION));
+        assert_eq!("1.1".parse(), Ok(PROTOCOL_VERSION));
         assert_eq!("2.13".parse::<ProtocolVersion>().unwrap().to_string(), "2.13");
         for bad in ["", "1", "1.", ".1", "1.0.0", "a.b", "-1.0", "1.+2", "999999.0"] {
             assert!(bad.parse::<ProtocolVersion>().is_err(), "{bad:?}");
         }
-        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.0\"");
+        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.1\"");
         assert!(
             serde_json::from_str::<ProtocolVersion>("1.0").is_err(),
             "a number is not a version"

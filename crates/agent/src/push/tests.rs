@@ -240,7 +240,7 @@ async fn a_valid_push_is_applied_and_answered_with_pull_modes_acknowledgement() 
         .push(document("e1", 3, &[("team-a", "wiki"), ("kube-system", "intruder")]))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["protocol_version"], "1.0");
+    assert_eq!(body["protocol_version"], protocol::PROTOCOL_VERSION.to_string());
     // Exactly the type pull mode sends back in `acks`.
     let ack: DocumentAck = serde_json::from_value(body.clone()).unwrap();
     assert_eq!(
