@@ -3,17 +3,22 @@
 //! scheduled minute, Velero backs each up (S3 on loopback), and retention keeps the newest
 //! two: the older backups are deleted through Velero's `DeleteBackupRequest` (so its sync
 //! does not bring them back) and their runs go after them. The app controller runs beside
-//! it and leaves `status.backupSchedule` to the engine.
+//! it and leaves `status.backupSchedule` to the engine. And the same from Odoo's side
+//! (`odoo-sim`, a simulator of the Odoo module): a schedule in the intent reaches the
+//! cluster through the agent (protocol 1.1), and the application's report carries its last
+//! and next run.
 
 use std::{cell::RefCell, collections::BTreeMap, time::Duration};
 
+use anyhow::Context as _;
 use api::{
     ApplicationInstance, BackupParams, Operation, OperationPhase,
     schedule::{BackupSchedule, BackupScheduleStatus},
 };
 use e2e::{
     TestContext,
-    apps::{app, apply_app, start_controller, wait_ready},
+    agent::{SimProcess, report, start_agent, wait_sim},
+    apps::{RELEASE_TIMEOUT, app, apply_app, start_controller, wait_ready},
     deploy::kubectl,
     eventually,
     ops::start_engine,
@@ -243,5 +248,57 @@ async fn a_schedule_every_minute_keeps_the_last_two_backups_and_deletes_older_on
     for backup in &deleted {
         assert!(!backups.contains_key(backup), "{backup} came back: {backups:?}");
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn odoo_sets_a_schedule_through_the_agent_and_sees_the_last_and_next_run_in_its_report() -> anyhow::Result<()> {
+    let ctx = TestContext::new("schedule-odoo").await?;
+    let sim = SimProcess::start(&ctx).await?;
+    let agent = start_agent(&ctx, &sim, &sim.key_file, "", &[]).await?;
+    let channel = ["--status-channel-endpoint", agent.status_channel.as_str()];
+    let _controller = start_controller(&ctx, &channel).await?;
+    let _engine = start_engine(&ctx, "backup-engine", &channel).await?;
+    let ns = ctx.namespace.as_str();
+
+    let mut spec = app(APP, "demo-app", "0.1.0", serde_json::json!({})).spec;
+    spec.backup_schedule = Some(BackupSchedule {
+        cron: "* * * * *".into(),
+        keep_last: Some(1),
+        ..BackupSchedule::default()
+    });
+    sim.set_app(ns, APP, serde_json::to_value(&spec)?).await?;
+
+    // The first run comes at the next minute; the report then names it, and the next one.
+    let view = wait_sim(
+        &ctx,
+        &sim,
+        "a report with the schedule's last and next run",
+        RELEASE_TIMEOUT + Duration::from_secs(90),
+        |v| {
+            let schedule = &report(v, "ApplicationInstance", ns, APP)?["backup_schedule"];
+            (schedule["scheduled"] == "True"
+                && schedule["last_schedule_time"].is_string()
+                && schedule["last_successful_time"].is_string()
+                && schedule["next_schedule_time"].is_string())
+            .then(|| v.clone())
+        },
+    )
+    .await?;
+    let schedule = &report(&view, "ApplicationInstance", ns, APP).context("report")?["backup_schedule"];
+    assert_eq!(schedule["message"], "Backups run at * * * * * in UTC", "{schedule}");
+    let (last, next) = (
+        schedule["last_schedule_time"].as_str().unwrap_or_default(),
+        schedule["next_schedule_time"].as_str().unwrap_or_default(),
+    );
+    assert!(last < next, "{schedule}");
+    // The run is an Operation the agent did not create: reported, and marked so.
+    // Named after its scheduled time in UTC (ADR 0008).
+    let run = format!(
+        "{APP}-backup-{}",
+        last.parse::<jiff::Timestamp>()?.strftime("%Y%m%d%H%M")
+    );
+    let run_report = report(&view, "Operation", ns, &run).context("the run's report")?;
+    assert_eq!(run_report["managed_by_agent"], false, "{run_report}");
     Ok(())
 }
