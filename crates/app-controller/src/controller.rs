@@ -28,7 +28,7 @@ use kube::{
         watcher,
     },
 };
-use tracing::{debug, info, warn};
+use tracing::info;
 
 use crate::{
     reconciler::{self, Context},
@@ -99,12 +99,9 @@ pub async fn run(
         .with_config(Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconciler::reconcile, reconciler::error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, action)) => debug!(%object, ?action, "reconciled"),
-                // Watch errors (e.g. Flux CRDs missing) are retried with backoff by the watchers.
-                Err(e) => warn!(error = %e, "controller event"),
-            }
+        .for_each(|result| {
+            controller_kit::controller::log_result(&result);
+            std::future::ready(())
         })
         .await;
     info!("controller stopped");

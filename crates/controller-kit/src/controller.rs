@@ -53,6 +53,16 @@ where
     })
 }
 
+/// Logs one result of a kube-runtime `Controller`'s stream: a reconciled object at debug, a
+/// controller error (a failed reconcile, or a watch error the watcher retries with backoff,
+/// e.g. a CRD not installed yet) at warn. For `controller.run(..).for_each(..)`.
+pub fn log_result<T: std::fmt::Display, E: std::fmt::Display>(result: &Result<(T, Action), E>) {
+    match result {
+        Ok((object, action)) => tracing::debug!(%object, ?action, "reconciled"),
+        Err(e) => tracing::warn!(error = %e, "controller event"),
+    }
+}
+
 /// The checks at the top of every reconcile, in order:
 ///
 /// 1. an object that does not match this binary's schema (the API server validated it, so

@@ -328,11 +328,9 @@ pub async fn run<D: Driver>(
         .with_config(Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile::<D>, error_policy::<D>, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, action)) => debug!(%object, ?action, "reconciled"),
-                Err(e) => warn!(error = %e, "controller event"),
-            }
+        .for_each(|result| {
+            controller_kit::controller::log_result(&result);
+            std::future::ready(())
         })
         .await;
     info!(r#type = op_type.as_str(), "controller stopped");

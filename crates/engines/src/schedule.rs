@@ -43,7 +43,7 @@ use operations::{
     schedule::{self, Decision, LABEL_SCHEDULE, Observed, ObservedBackup, decide},
 };
 use serde_json::Value;
-use tracing::{debug, info, instrument, warn};
+use tracing::{info, instrument, warn};
 
 use crate::{
     backup::velero_backups,
@@ -162,11 +162,9 @@ pub async fn run(
         .with_config(Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, action)) => debug!(%object, ?action, "reconciled"),
-                Err(e) => warn!(error = %e, "controller event"),
-            }
+        .for_each(|result| {
+            controller_kit::controller::log_result(&result);
+            std::future::ready(())
         })
         .await;
     info!("backup schedule controller stopped");

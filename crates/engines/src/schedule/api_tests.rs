@@ -46,6 +46,11 @@ fn application(schedule_status: Value) -> anyhow::Result<ApplicationInstance> {
     }))?)
 }
 
+/// [`application`] whose schedule took effect on 2025-06-01 (as the engine wrote it then).
+fn due() -> anyhow::Result<ApplicationInstance> {
+    application(json!({"schedule": "0 0 1 1 * in UTC", "since": "2025-06-01T00:00:00Z"}))
+}
+
 fn list(kind: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "50"}, "items": items})
 }
@@ -62,10 +67,7 @@ async fn pass(
 #[tokio::test]
 async fn a_due_run_is_created_before_the_status_says_so_and_the_next_pass_only_reads() -> anyhow::Result<()> {
     let (ctx, mut server) = context()?;
-    let app = application(json!({
-        "schedule": "0 0 1 1 * in UTC",
-        "since": "2025-06-01T00:00:00Z",
-    }))?;
+    let app = due()?;
     let script = vec![
         Step::get(OPS_PATH, list("OperationList", Vec::new())),
         Step::echo(Method::POST, OPS_PATH),
@@ -132,10 +134,7 @@ async fn a_due_run_is_created_before_the_status_says_so_and_the_next_pass_only_r
 #[tokio::test]
 async fn a_replayed_create_is_taken_as_done_and_velero_missing_means_no_backups() -> anyhow::Result<()> {
     let (ctx, mut server) = context()?;
-    let app = application(json!({
-        "schedule": "0 0 1 1 * in UTC",
-        "since": "2025-06-01T00:00:00Z",
-    }))?;
+    let app = due()?;
     // Another replica (or an earlier pass that crashed before its status write) created it.
     let script = vec![
         Step::get(OPS_PATH, list("OperationList", Vec::new())),
