@@ -113,6 +113,13 @@ pub struct ApplicationInstanceSpec {
     /// Operation the backup engine creates in this namespace; protocol 1.1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_schedule: Option<crate::schedule::BackupSchedule>,
+
+    /// Weekly windows in which the application may be changed (ADR 0009). Outside them its
+    /// Upgrade, Rollback and Restore Operations wait unless `urgent`, and a chart version change
+    /// is held until the next window opens. Empty: always open. Protocol 1.2.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub maintenance_windows: Vec<crate::maintenance::MaintenanceWindow>,
 }
 
 /// The chart and its source: exactly one of `repository` or `sourceRef`.

@@ -84,9 +84,16 @@ pub mod reasons {
     /// repository rules (an internal address, a host outside the allow-list, or plain http to a
     /// host not allowed for it); nothing is materialised, so no credentials go to that host.
     pub const REPOSITORY_NOT_ALLOWED: &str = "RepositoryNotAllowed";
+    /// Reconciling=True: a chart version change waits for the next maintenance window (ADR
+    /// 0009); the message names the version and the window. The release stays as it is, and
+    /// the other conditions describe it.
+    pub const WAITING_FOR_MAINTENANCE_WINDOW: &str = "WaitingForMaintenanceWindow";
+    /// Reconciling=True: `spec.maintenanceWindows` cannot be used (an unknown time zone, a
+    /// duration out of range); a chart version change is held until it is fixed.
+    pub const INVALID_MAINTENANCE_WINDOW: &str = "InvalidMaintenanceWindow";
 
     /// Every reason the app controller sets itself (for docs and tests).
-    pub const APP_REASONS: [&str; 13] = [
+    pub const APP_REASONS: [&str; 15] = [
         AWAITING_ENGINE,
         PROGRESSING,
         INVALID_SPEC,
@@ -100,6 +107,8 @@ pub mod reasons {
         SUSPENDED,
         TENANT_SETUP_FAILED,
         REPOSITORY_NOT_ALLOWED,
+        WAITING_FOR_MAINTENANCE_WINDOW,
+        INVALID_MAINTENANCE_WINDOW,
     ];
 }
 
@@ -109,6 +118,12 @@ pub mod operation_reasons {
     pub const WAITING_FOR_NOT_BEFORE: &str = "WaitingForNotBefore";
     /// Pending: another mutating operation on the same application runs first.
     pub const QUEUED: &str = "Queued";
+    /// Pending: an Upgrade, Rollback or Restore that is not `urgent` waits for the
+    /// application's next maintenance window, which the message names (ADR 0009).
+    pub const QUEUED_FOR_MAINTENANCE_WINDOW: &str = "QueuedForMaintenanceWindow";
+    /// Pending: the application's `spec.maintenanceWindows` cannot be used (an unknown time
+    /// zone, a duration out of range); the Operation waits until they are fixed, or its deadline.
+    pub const INVALID_MAINTENANCE_WINDOW: &str = "InvalidMaintenanceWindow";
     /// Running: the child objects exist and are being driven.
     pub const RUNNING: &str = "Running";
     /// Succeeded=True.

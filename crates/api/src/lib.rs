@@ -15,6 +15,7 @@ pub mod admission;
 pub mod application_instance;
 pub mod backoff;
 pub mod conditions;
+pub mod maintenance;
 pub mod operation;
 pub mod schedule;
 pub mod schema;

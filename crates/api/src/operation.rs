@@ -71,6 +71,11 @@ pub struct OperationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Time>,
 
+    /// Start outside the application's maintenance windows (an Upgrade, Rollback or Restore
+    /// otherwise waits for the next one). Default false. Protocol 1.2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub urgent: bool,
+
     /// Payload of a Backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupParams>,
@@ -308,7 +313,8 @@ pub struct WorkflowTemplateReference {
 /// Lifecycle phase of an Operation.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum OperationPhase {
-    /// Accepted, not started (waiting for `notBefore`, or queued behind another operation).
+    /// Accepted, not started (waiting for `notBefore` or a maintenance window, or queued
+    /// behind another operation).
     #[default]
     Pending,
     /// Started: child objects exist.
