@@ -4,10 +4,11 @@
 //!
 //! 1. malformed object, not the leader, terminal → nothing;
 //! 2. namespace outside the allow-list → `Failed NamespaceNotAllowed`;
-//! 3. the application's Operations are listed fresh from the API server (not a cache), and
-//!    [`operations::lifecycle::gate`] decides; a duplicate ends at once;
+//! 3. the application's Operations are listed fresh from the API server (not a cache), the
+//!    application is read, and [`operations::lifecycle::gate`] decides; a duplicate ends at once;
 //! 4. not started yet: the application must exist and its target namespace be allowed,
-//!    and the [`Driver`] validates its payload; then deadline, `notBefore` and the queue;
+//!    and the [`Driver`] validates its payload; then deadline, `notBefore`, the application's
+//!    maintenance windows and the queue;
 //! 5. starting is a *claim*: the status write that sets `startTime` carries the
 //!    Operation's `resourceVersion`, so an engine acting on a stale copy loses with a
 //!    conflict instead of starting twice;
@@ -46,12 +47,17 @@ use kube::{
         watcher,
     },
 };
+use operations::lifecycle::Maintenance;
 use operations::{Gate, Outcome, Siblings, lifecycle, meta, status};
 use tracing::{debug, info, instrument, warn};
 
 /// How often a queued Operation looks at its siblings again. Operations of other engines
 /// are not watched (each engine watches only its own types), so a queue advances by polling.
 const QUEUE_POLL: Duration = Duration::from_secs(2);
+/// How often an Operation waiting for a maintenance window looks at the application again
+/// (its windows may change; ApplicationInstances are not watched), besides waking when the
+/// window opens.
+const WINDOW_RECHECK: Duration = Duration::from_secs(60);
 /// How often a replica that does not lead looks at an Operation again.
 const FOLLOWER_RECHECK: Duration = Duration::from_secs(5);
 
@@ -420,16 +426,16 @@ async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, Driv
         .list(&ListParams::default().fields(&format!("spec.applicationRef.name={app_name}")))
         .await?
         .items;
-    let gate = lifecycle::gate(&op, now, &Siblings::of(&op, &siblings));
+    let apps: Api<ApplicationInstance> = Api::namespaced(ctx.client.clone(), &namespace);
+    let app = apps.get_opt(app_name).await?;
+    let maintenance = Maintenance::of(app.as_ref());
+    let gate = lifecycle::gate(&op, now, &Siblings::of(&op, &siblings), &maintenance);
     match gate {
         Gate::Terminal => return Ok(Action::await_change()),
         // A duplicate ends before the engine's own checks (`docs/api/operation.md`).
         Gate::Duplicate(outcome) => return finish(&ops, &op, outcome, ctx, now, None).await,
-        Gate::Expired(_) | Gate::WaitUntil(_) | Gate::Queued(_) | Gate::Proceed => {}
+        Gate::Expired(_) | Gate::WaitUntil(_) | Gate::Queued(_) | Gate::WaitForWindow(_) | Gate::Proceed => {}
     }
-
-    let apps: Api<ApplicationInstance> = Api::namespaced(ctx.client.clone(), &namespace);
-    let app = apps.get_opt(app_name).await?;
     let started = op.status.as_ref().is_some_and(|s| s.start_time.is_some());
     let mut cx = Cx {
         client: ctx.client.clone(),
@@ -446,10 +452,13 @@ async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, Driv
         if let Some(refusal) = refuse(&cx, ctx).await? {
             return finish(&ops, &cx.op, refusal, ctx, now, None).await;
         }
-        let wake = lifecycle::wake_at(&cx.op, now).map(|at| until(now, at));
+        let wake = lifecycle::wake_at(&cx.op, now, &maintenance).map(|at| until(now, at));
         let held = match gate {
             Gate::Expired(outcome) | Gate::WaitUntil(outcome) => Some((outcome, wake)),
             Gate::Queued(outcome) => Some((outcome, Some(wake.map_or(QUEUE_POLL, |w| w.min(QUEUE_POLL))))),
+            Gate::WaitForWindow(outcome) => {
+                Some((outcome, Some(wake.map_or(WINDOW_RECHECK, |w| w.min(WINDOW_RECHECK)))))
+            }
             Gate::Terminal | Gate::Duplicate(_) | Gate::Proceed => None,
         };
         if let Some((outcome, requeue)) = held {

@@ -9,7 +9,8 @@
 //!
 //! | Module | Answers |
 //! |---|---|
-//! | [`lifecycle`] | May this Operation act now? (terminal, duplicate `requestId`, deadline, `notBefore`, queue) |
+//! | [`lifecycle`] | May this Operation act now? (terminal, duplicate `requestId`, deadline, `notBefore`, maintenance window, queue) |
+//! | [`maintenance`] | Is the application's maintenance window open, and when does the next one open? |
 //! | [`status`] | What is the next `OperationStatus`, and does it need a write? |
 //! | [`velero`] | Which Velero `Backup` / `Restore` to create, and what their phase means |
 //! | [`snapshot`] | Which CSI `VolumeSnapshot`s to create, and when they are done |
@@ -44,6 +45,7 @@
 mod error;
 pub mod job;
 pub mod lifecycle;
+pub mod maintenance;
 pub mod meta;
 pub mod names;
 pub mod pod_security;

@@ -9,8 +9,10 @@
 //!    [`Gate::Duplicate`];
 //! 4. `spec.deadline` reached → [`Gate::Expired`];
 //! 5. `spec.notBefore` not reached → [`Gate::WaitUntil`];
-//! 6. a conflicting Operation runs or is ahead in the queue → [`Gate::Queued`];
-//! 7. otherwise → [`Gate::Proceed`].
+//! 6. an Upgrade, Rollback or Restore that is not `urgent` (nor a child of another
+//!    Operation), outside the application's maintenance windows → [`Gate::WaitForWindow`];
+//! 7. a conflicting Operation runs or is ahead in the queue → [`Gate::Queued`];
+//! 8. otherwise → [`Gate::Proceed`].
 //!
 //! The engine's own checks belong between 3 and 4 (`docs/api/operation.md` puts the
 //! application and payload checks after the duplicate check and before the schedule): an
@@ -29,8 +31,9 @@
 //! An Operation waits behind a conflicting sibling that
 //! - has started (whatever its creation time): it holds the application until it ends; or
 //! - has not started but is ahead in the queue and could start now: not terminal, its
-//!   `notBefore` passed (a waiting Operation holds no place), its deadline not reached (it
-//!   is about to expire), and not a duplicate (it is about to end without acting).
+//!   `notBefore` passed and its maintenance window open (a waiting Operation holds no
+//!   place), its deadline not reached (it is about to expire), and not a duplicate (it is
+//!   about to end without acting).
 //!
 //! Queue order is creation time, then name. A child Operation (owner reference to a parent
 //! Operation) takes its root ancestor's place in the queue, and never waits for its own
@@ -46,6 +49,7 @@ use api::conditions::operation_reasons;
 use api::{Operation, OperationPhase, OperationType};
 use jiff::Timestamp;
 
+use crate::maintenance::{WindowState, Windows};
 use crate::meta;
 use crate::status::Outcome;
 
@@ -68,6 +72,10 @@ pub enum Gate {
     /// pass, stay Pending with this outcome. Siblings of other types are not watched, so the
     /// engine looks again by polling.
     Queued(Outcome),
+    /// Outside the application's maintenance windows (or they cannot be used): once the
+    /// engine's own checks pass, stay Pending with this outcome, and look again at [`wake_at`]
+    /// or sooner (the ApplicationInstance, whose windows may change, is not watched).
+    WaitForWindow(Outcome),
     /// Act (create or drive children).
     Proceed,
 }
@@ -86,6 +94,12 @@ enum Decision {
         /// Name of the Operation waited for (a started one if any, else the first queued one).
         behind: String,
     },
+    WaitForWindow {
+        /// When the next window opens and which it is.
+        opens: Timestamp,
+        window: String,
+    },
+    InvalidWindows(String),
     Proceed,
 }
 
@@ -113,6 +127,19 @@ impl Decision {
                 reason: operation_reasons::WAITING_FOR_NOT_BEFORE.to_owned(),
                 message: format!("Waiting until {at} (spec.notBefore)"),
             }),
+            Decision::WaitForWindow { opens, window } => Gate::WaitForWindow(Outcome::Pending {
+                reason: operation_reasons::QUEUED_FOR_MAINTENANCE_WINDOW.to_owned(),
+                message: format!(
+                    "Waiting for the maintenance window {window}, which opens at {opens}{} (spec.urgent starts it at once)",
+                    deadline_note(op, opens)
+                ),
+            }),
+            Decision::InvalidWindows(problem) => Gate::WaitForWindow(Outcome::Pending {
+                reason: operation_reasons::INVALID_MAINTENANCE_WINDOW.to_owned(),
+                message: format!(
+                    "The application's maintenance windows cannot be used, so this Operation waits until they are fixed (or spec.urgent): {problem}"
+                ),
+            }),
             Decision::Queued { behind } => {
                 let detail = siblings
                     .get(&behind)
@@ -127,6 +154,60 @@ impl Decision {
                 })
             }
         }
+    }
+}
+
+/// `, after spec.deadline …: it will expire unless the windows change` when the window opens too late.
+fn deadline_note(op: &Operation, opens: Timestamp) -> String {
+    match op.spec.deadline.as_ref().map(|d| d.0) {
+        Some(deadline) if deadline <= opens => {
+            format!(", after spec.deadline {deadline}: it will expire unless the windows change")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Whether an Operation of this kind waits for the application's maintenance windows:
+/// Upgrade, Rollback and Restore, unless `urgent` or a child of another Operation (its
+/// parent started in due form, e.g. the Restore of an Upgrade's `RollbackAndRestore`).
+pub fn waits_for_window(type_: OperationType, urgent: bool, has_parent: bool) -> bool {
+    type_.is_mutating() && !urgent && !has_parent
+}
+
+/// The application's maintenance windows as the gate sees them.
+#[derive(Debug, Clone)]
+pub enum Maintenance {
+    /// Checked windows (possibly none: always open).
+    Windows(Windows),
+    /// `spec.maintenanceWindows` cannot be used: the problem, naming the window.
+    Invalid(String),
+}
+
+impl Default for Maintenance {
+    fn default() -> Self {
+        Maintenance::Windows(Windows::none())
+    }
+}
+
+impl Maintenance {
+    /// The windows of `app` (none when there is no application: the engine refuses it anyway).
+    pub fn of(app: Option<&api::ApplicationInstance>) -> Self {
+        match app.map(|a| Windows::parse(&a.spec.maintenance_windows)) {
+            None => Self::default(),
+            Some(Ok(windows)) => Maintenance::Windows(windows),
+            Some(Err(problem)) => Maintenance::Invalid(problem),
+        }
+    }
+
+    fn state(&self, now: Timestamp) -> Result<WindowState, &str> {
+        match self {
+            Maintenance::Windows(windows) => Ok(windows.at(now)),
+            Maintenance::Invalid(problem) => Err(problem),
+        }
+    }
+
+    fn is_open(&self, now: Timestamp) -> bool {
+        self.state(now).is_ok_and(|s| s.is_open())
     }
 }
 
@@ -155,6 +236,8 @@ pub struct Sibling {
     pub not_before: Option<Timestamp>,
     /// `spec.deadline`.
     pub deadline: Option<Timestamp>,
+    /// `spec.urgent`.
+    pub urgent: bool,
 }
 
 impl Sibling {
@@ -174,7 +257,13 @@ impl Sibling {
             parent: meta::parent_operation(&op.metadata).map(str::to_owned),
             not_before: op.spec.not_before.as_ref().map(|t| t.0),
             deadline: op.spec.deadline.as_ref().map(|t| t.0),
+            urgent: op.spec.urgent,
         }
+    }
+
+    /// Whether it waits for the application's maintenance windows ([`waits_for_window`]).
+    pub fn waits_for_window(&self) -> bool {
+        waits_for_window(self.type_, self.urgent, self.parent.is_some())
     }
 
     /// Terminal phases never change again.
@@ -232,12 +321,13 @@ impl Siblings {
     }
 }
 
-/// Decides what the engine may do with `op` now (see the module documentation).
-pub fn gate(op: &Operation, now: Timestamp, siblings: &Siblings) -> Gate {
-    decide(op, now, siblings).into_gate(op, siblings)
+/// Decides what the engine may do with `op` now (see the module documentation), given the
+/// application's maintenance windows.
+pub fn gate(op: &Operation, now: Timestamp, siblings: &Siblings, maintenance: &Maintenance) -> Gate {
+    decide(op, now, siblings, maintenance).into_gate(op, siblings)
 }
 
-fn decide(op: &Operation, now: Timestamp, siblings: &Siblings) -> Decision {
+fn decide(op: &Operation, now: Timestamp, siblings: &Siblings, maintenance: &Maintenance) -> Decision {
     let me = Sibling::from_operation(op);
     if me.is_terminal() {
         return Decision::Terminal;
@@ -260,7 +350,14 @@ fn decide(op: &Operation, now: Timestamp, siblings: &Siblings) -> Decision {
     if let Some(not_before) = me.not_before.filter(|not_before| now < *not_before) {
         return Decision::WaitUntil(not_before);
     }
-    match family.first_blocker(&me, now) {
+    if me.waits_for_window() {
+        match maintenance.state(now) {
+            Err(problem) => return Decision::InvalidWindows(problem.to_owned()),
+            Ok(WindowState::Closed { opens, window }) => return Decision::WaitForWindow { opens, window },
+            Ok(WindowState::Unrestricted | WindowState::Open { .. }) => {}
+        }
+    }
+    match family.first_blocker(&me, now, maintenance) {
         Some(blocker) => Decision::Queued {
             behind: blocker.name.clone(),
         },
@@ -268,15 +365,19 @@ fn decide(op: &Operation, now: Timestamp, siblings: &Siblings) -> Decision {
     }
 }
 
-/// When the gate of a not-yet-started Operation can change by itself (its `notBefore` or
-/// deadline), so the engine can requeue for that moment. `None` once started or terminal,
-/// or when neither time lies ahead.
-pub fn wake_at(op: &Operation, now: Timestamp) -> Option<Timestamp> {
+/// When the gate of a not-yet-started Operation can change by itself (its `notBefore`,
+/// deadline, or the opening of its maintenance window), so the engine can requeue for that
+/// moment. `None` once started or terminal, or when no such time lies ahead.
+pub fn wake_at(op: &Operation, now: Timestamp, maintenance: &Maintenance) -> Option<Timestamp> {
     let me = Sibling::from_operation(op);
     if me.is_terminal() || me.is_started() {
         return None;
     }
-    [me.not_before, me.deadline]
+    let window_opens = match maintenance.state(now) {
+        Ok(WindowState::Closed { opens, .. }) if me.waits_for_window() => Some(opens),
+        _ => None,
+    };
+    [me.not_before, me.deadline, window_opens]
         .into_iter()
         .flatten()
         .filter(|t| *t > now)
@@ -360,22 +461,23 @@ impl<'a> Family<'a> {
     }
 
     /// Whether a not-started `s` could start now, i.e. holds its place in the queue.
-    fn is_ready(&self, s: &'a Sibling, now: Timestamp) -> bool {
+    fn is_ready(&self, s: &'a Sibling, now: Timestamp, maintenance: &Maintenance) -> bool {
         !s.is_terminal()
             && s.not_before.is_none_or(|t| now >= t)
             && s.deadline.is_none_or(|t| now < t)
+            && (!s.waits_for_window() || maintenance.is_open(now))
             && self.request_holder(&s.request_id).is_none_or(|h| h.name == s.name)
     }
 
     /// The sibling `me` must wait for: a started one first, else the first in the queue.
-    fn first_blocker(&self, me: &'a Sibling, now: Timestamp) -> Option<&'a Sibling> {
+    fn first_blocker(&self, me: &'a Sibling, now: Timestamp, maintenance: &Maintenance) -> Option<&'a Sibling> {
         let my_key = self.queue_key(me);
         let blocking = |s: &&'a Sibling| {
             s.name != me.name
                 && conflicts(me.type_, s.type_)
                 && !s.is_terminal()
                 && !self.related(me, s)
-                && (s.is_started() || (self.queue_key(s) < my_key && self.is_ready(s, now)))
+                && (s.is_started() || (self.queue_key(s) < my_key && self.is_ready(s, now, maintenance)))
         };
         let mut blockers: Vec<&'a Sibling> = self.all.iter().copied().filter(blocking).collect();
         blockers.sort_by_key(|s| (!s.is_started(), self.queue_key(s)));
@@ -425,6 +527,7 @@ mod tests {
         op.metadata.creation_timestamp = s.created.map(Time);
         op.spec.not_before = s.not_before.map(Time);
         op.spec.deadline = s.deadline.map(Time);
+        op.spec.urgent = s.urgent;
         if let Some(parent) = &s.parent {
             op.metadata.owner_references = Some(vec![OwnerReference {
                 api_version: "vworkspace.io/v1alpha1".into(),
@@ -447,7 +550,12 @@ mod tests {
     }
 
     fn decide(me: &Sibling, others: &[Sibling], now: i64) -> Decision {
-        super::decide(&op_of(me), at(now), &Siblings::new(others.to_vec()))
+        super::decide(
+            &op_of(me),
+            at(now),
+            &Siblings::new(others.to_vec()),
+            &Maintenance::default(),
+        )
     }
 
     fn queued(behind: &str) -> Decision {
@@ -848,6 +956,235 @@ mod tests {
         );
     }
 
+    /// NOW is a Tuesday, 02:00 UTC; this window opens an hour later.
+    fn tuesday_at_three() -> Maintenance {
+        Maintenance::of(Some(&api::ApplicationInstance::new(
+            "app",
+            api::ApplicationInstanceSpec {
+                maintenance_windows: vec![api::maintenance::MaintenanceWindow {
+                    days: vec![api::maintenance::Weekday::Tuesday],
+                    start: "03:00".into(),
+                    duration: "1h".into(),
+                    time_zone: None,
+                }],
+                ..Default::default()
+            },
+        )))
+    }
+
+    fn decide_in(me: &Sibling, others: &[Sibling], now: i64, maintenance: &Maintenance) -> Decision {
+        super::decide(&op_of(me), at(now), &Siblings::new(others.to_vec()), maintenance)
+    }
+
+    /// Name, the Operation, its siblings, minutes from NOW, the windows, expected.
+    type WindowCase<'a> = (&'static str, Sibling, Vec<Sibling>, i64, &'a Maintenance, Decision);
+
+    #[test]
+    fn maintenance_windows_gate_upgrades_rollbacks_and_restores() {
+        let windows = tuesday_at_three();
+        let invalid = Maintenance::Invalid(
+            "spec.maintenanceWindows[0]: timeZone \"Mars/Olympus\" is not in the time zone database".into(),
+        );
+        let waiting = Decision::WaitForWindow {
+            opens: at(60),
+            window: "Tuesday 03:00 for 1h (UTC)".into(),
+        };
+        let urgent = |s: Sibling| with(s, |s| s.urgent = true);
+        let restore_waiting = sib("rs", Restore, Some(Pending), 0);
+        let cases: Vec<WindowCase<'_>> = vec![
+            (
+                "an upgrade waits",
+                sib("me", Upgrade, None, 5),
+                vec![],
+                0,
+                &windows,
+                waiting.clone(),
+            ),
+            (
+                "a rollback waits",
+                sib("me", Rollback, None, 5),
+                vec![],
+                0,
+                &windows,
+                waiting.clone(),
+            ),
+            (
+                "a restore waits",
+                sib("me", Restore, None, 5),
+                vec![],
+                0,
+                &windows,
+                waiting.clone(),
+            ),
+            (
+                "an urgent one does not",
+                urgent(sib("me", Upgrade, None, 5)),
+                vec![],
+                0,
+                &windows,
+                Decision::Proceed,
+            ),
+            (
+                "a backup does not",
+                sib("me", Backup, None, 5),
+                vec![],
+                0,
+                &windows,
+                Decision::Proceed,
+            ),
+            (
+                "a snapshot does not",
+                sib("me", Snapshot, None, 5),
+                vec![],
+                0,
+                &windows,
+                Decision::Proceed,
+            ),
+            (
+                "a runbook does not",
+                sib("me", Runbook, None, 5),
+                vec![],
+                0,
+                &windows,
+                Decision::Proceed,
+            ),
+            (
+                "a child of a started Operation does not",
+                with(sib("me", Restore, None, 5), |s| s.parent = Some("up".into())),
+                vec![with(sib("up", Upgrade, Some(Running), 0), |s| s.started = true)],
+                0,
+                &windows,
+                Decision::Proceed,
+            ),
+            (
+                "inside the window: proceed",
+                sib("me", Upgrade, None, 5),
+                vec![],
+                60,
+                &windows,
+                Decision::Proceed,
+            ),
+            (
+                "after it closed: wait a week",
+                sib("me", Upgrade, None, 5),
+                vec![],
+                120,
+                &windows,
+                Decision::WaitForWindow {
+                    opens: at(60 + 7 * 24 * 60),
+                    window: "Tuesday 03:00 for 1h (UTC)".into(),
+                },
+            ),
+            (
+                "the deadline comes first",
+                with(sib("me", Upgrade, None, 5), |s| s.deadline = Some(at(30))),
+                vec![],
+                30,
+                &windows,
+                Decision::Expired,
+            ),
+            (
+                "notBefore comes first",
+                with(sib("me", Upgrade, None, 5), |s| s.not_before = Some(at(30))),
+                vec![],
+                0,
+                &windows,
+                Decision::WaitUntil(at(30)),
+            ),
+            (
+                "a duplicate comes first",
+                with(sib("me", Upgrade, None, 5), |s| s.request_id = "req-first".into()),
+                vec![sib("first", Upgrade, Some(Succeeded), 0)],
+                0,
+                &windows,
+                Decision::Duplicate { first: "first".into() },
+            ),
+            (
+                "unusable windows: wait, named",
+                sib("me", Upgrade, None, 5),
+                vec![],
+                0,
+                &invalid,
+                Decision::InvalidWindows(
+                    "spec.maintenanceWindows[0]: timeZone \"Mars/Olympus\" is not in the time zone database".into(),
+                ),
+            ),
+            (
+                "unusable windows do not stop a backup",
+                sib("me", Backup, None, 5),
+                vec![],
+                0,
+                &invalid,
+                Decision::Proceed,
+            ),
+            (
+                "a restore waiting for the window holds no place in the queue",
+                sib("me", Backup, None, 5),
+                vec![restore_waiting.clone()],
+                0,
+                &windows,
+                Decision::Proceed,
+            ),
+            (
+                "once the window opens, it does",
+                sib("me", Backup, None, 5),
+                vec![restore_waiting.clone()],
+                60,
+                &windows,
+                queued("rs"),
+            ),
+            (
+                "an urgent restore holds its place outside the window",
+                sib("me", Backup, None, 5),
+                vec![urgent(restore_waiting)],
+                0,
+                &windows,
+                queued("rs"),
+            ),
+            (
+                "a running upgrade still blocks an urgent one",
+                urgent(sib("me", Upgrade, None, 5)),
+                vec![with(sib("u1", Upgrade, Some(Running), 0), |s| s.started = true)],
+                0,
+                &windows,
+                queued("u1"),
+            ),
+        ];
+        for (name, me, others, now, maintenance, expected) in cases {
+            assert_eq!(decide_in(&me, &others, now, maintenance), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn waiting_for_a_window_is_worded_and_woken() {
+        let windows = tuesday_at_three();
+        let me = with(sib("me", Upgrade, None, 5), |s| s.deadline = Some(at(45)));
+        let op = op_of(&me);
+        assert_eq!(
+            gate(&op, at(0), &Siblings::default(), &windows),
+            Gate::WaitForWindow(Outcome::Pending {
+                reason: "QueuedForMaintenanceWindow".into(),
+                message: "Waiting for the maintenance window Tuesday 03:00 for 1h (UTC), which opens at \
+                          2026-12-01T03:00:00Z, after spec.deadline 2026-12-01T02:45:00Z: it will expire unless the \
+                          windows change (spec.urgent starts it at once)"
+                    .into(),
+            })
+        );
+        // The deadline is the earlier wake-up; without it, the window's opening.
+        assert_eq!(wake_at(&op, at(0), &windows), Some(at(45)));
+        let no_deadline = op_of(&sib("me", Upgrade, None, 5));
+        assert_eq!(wake_at(&no_deadline, at(0), &windows), Some(at(60)));
+        assert_eq!(wake_at(&no_deadline, at(0), &Maintenance::default()), None);
+        let backup = op_of(&sib("me", Backup, None, 5));
+        assert_eq!(wake_at(&backup, at(0), &windows), None);
+        let invalid = Maintenance::Invalid("spec.maintenanceWindows[0]: bad".into());
+        assert!(matches!(
+            gate(&no_deadline, at(0), &Siblings::default(), &invalid),
+            Gate::WaitForWindow(Outcome::Pending { reason, message })
+                if reason == "InvalidMaintenanceWindow" && message.ends_with("(or spec.urgent): spec.maintenanceWindows[0]: bad")
+        ));
+    }
+
     #[test]
     fn parent_loops_terminate() {
         let a = with(sib("a", Upgrade, None, 0), |s| s.parent = Some("b".into()));
@@ -908,7 +1245,7 @@ mod tests {
         }
         // `gate` is the decision and its wording in one step.
         assert_eq!(
-            gate(&op, at(10), &siblings),
+            gate(&op, at(10), &siblings, &Maintenance::default()),
             queued("u1").into_gate(&op, &siblings),
             "gate = decide + into_gate"
         );
@@ -959,7 +1296,7 @@ mod tests {
             ),
         ];
         for (name, me, expected) in cases {
-            assert_eq!(wake_at(&op_of(&me), at(0)), expected, "{name}");
+            assert_eq!(wake_at(&op_of(&me), at(0), &Maintenance::default()), expected, "{name}");
         }
     }
 

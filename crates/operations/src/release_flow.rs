@@ -17,6 +17,7 @@ pub mod upgrade;
 #[cfg(test)]
 mod tests;
 
+use api::maintenance::ANNOTATION_OPERATION_CHART_VERSION;
 use api::{ApplicationInstance, ObjectReference};
 use serde_json::Value;
 
@@ -168,9 +169,14 @@ fn operation_reference(name: &str, namespace: &str) -> ObjectReference {
     meta::object_ref(api::API_VERSION, "Operation", name, namespace)
 }
 
-/// The ApplicationInstance fields that hold `state` (ADR 0004: the engine owns exactly these).
+/// The ApplicationInstance fields that hold `state` (ADR 0004: the engine owns exactly these),
+/// and the annotation telling the app controller that this chart version comes from an
+/// Operation that passed its maintenance window check (ADR 0009).
 fn desired_state_fields(state: &DesiredState) -> Value {
-    serde_json::json!({"spec": {"chart": {"version": state.chart_version}, "values": state.values}})
+    serde_json::json!({
+        "metadata": {"annotations": {ANNOTATION_OPERATION_CHART_VERSION: state.chart_version}},
+        "spec": {"chart": {"version": state.chart_version}, "values": state.values},
+    })
 }
 
 /// Name of the ApplicationInstance, as the engine applies to it.

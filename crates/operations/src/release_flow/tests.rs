@@ -142,7 +142,10 @@ fn set_state(config_map: Option<Value>, version: &str, values: Value, then: Outc
     ReleaseAction::SetDesiredState {
         config_map,
         application: "nextcloud".into(),
-        fields: json!({"spec": {"chart": {"version": version}, "values": values}}),
+        fields: json!({
+            "metadata": {"annotations": {"vworkspace.io/operation-chart-version": version}},
+            "spec": {"chart": {"version": version}, "values": values},
+        }),
         then,
     }
 }
