@@ -2,10 +2,11 @@
 //! through a [`helmengine::Engine`] (Flux by default) and relays the engine's
 //! status back, per docs/api/conditions.md.
 //!
-//! Layers: [`status`], [`references`] and [`repositories`] are pure (unit-tested), [`reconciler`]
+//! Layers: [`status`], [`references`], [`repositories`] and [`maintenance`] are pure (unit-tested), [`reconciler`]
 //! is the thin IO pipeline, [`controller`] wires the watches; `main.rs` is tiny.
 
 pub mod controller;
+pub mod maintenance;
 pub mod reconciler;
 pub mod references;
 pub mod repositories;

@@ -2,14 +2,15 @@
 //! ([`crate::status`], [`crate::references`], the engine's builders).
 //!
 //! Pipeline per reconcile: guard (malformed object, leadership, namespace policy) →
-//! finalizer → validate references → engine.materialize → engine.observe →
+//! finalizer → validate references → hold a chart version change outside the maintenance
+//! windows (then only the status is written) → engine.materialize → engine.observe →
 //! status (written only when it changed) → events on Ready transitions.
 
 use std::{collections::HashMap, ops::ControlFlow, sync::Arc, time::Duration};
 
 use api::{ApplicationInstance, EngineKind, conditions::reasons};
 use controller_kit::{ControllerMetrics, LeaderGate, RetryBackoff, WatchScope, WriteVerb, namespaces::NamespacePairs};
-use helmengine::{DeleteProgress, Engine, EngineError, MaterializeInput};
+use helmengine::{DeleteProgress, Engine, EngineError, MaterializeInput, Materialized};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -25,6 +26,7 @@ use kube::{
 use tracing::{debug, info, instrument, warn};
 
 use crate::{
+    maintenance::{self, ChartChange},
     references,
     status::{self, Assessment},
 };
@@ -233,6 +235,11 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
     }
 
     let suspended_by = suspending_operation(&ctx.client, &app).await?;
+    if let Some(action) =
+        hold_for_maintenance_window(api, &app, ctx, engine.as_ref(), kind, suspended_by.is_some()).await?
+    {
+        return Ok(action);
+    }
     let input = MaterializeInput {
         values_revision: resolved.token,
         suspended_by: suspended_by.clone(),
@@ -253,10 +260,58 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
         materialized: &materialized,
         observation: observation.as_ref(),
         suspended_by: suspended_by.as_deref(),
+        held: None,
     };
     write_status(api, &app, ctx, &assessment).await?;
     // The Operation holding the release may be deleted without touching this object.
     Ok(Action::requeue(if suspended_by.is_some() { RECHECK } else { RESYNC }))
+}
+
+/// Holds a chart version change outside the application's maintenance windows
+/// ([`maintenance::chart_change`]): the release is left as it is, the status says what waits
+/// for which window, and the reconcile comes back when the window opens. `None`: go on and
+/// materialise. Costs one engine read, only for applications that declare windows.
+async fn hold_for_maintenance_window(
+    api: &Api<ApplicationInstance>,
+    app: &ApplicationInstance,
+    ctx: &Context,
+    engine: &dyn Engine,
+    kind: EngineKind,
+    suspended_by_operation: bool,
+) -> Result<Option<Action>, Error> {
+    if app.spec.maintenance_windows.is_empty() {
+        return Ok(None);
+    }
+    // The engine object as last materialised; without a reference to it, nothing to hold.
+    let Some(engine_ref) = app.status.as_ref().and_then(|s| s.engine_ref.clone()) else {
+        return Ok(None);
+    };
+    let observation = engine.observe(app).await?;
+    let current = observation
+        .as_ref()
+        .and_then(|o| o.materialized_chart_version.as_deref());
+    let decision = maintenance::chart_change(app, current, suspended_by_operation, jiff::Timestamp::now(), RESYNC);
+    let ChartChange::Hold {
+        reason,
+        message,
+        recheck,
+    } = decision
+    else {
+        return Ok(None);
+    };
+    let materialized = Materialized {
+        engine_ref,
+        source_ref: None,
+    };
+    let assessment = Assessment::Materialized {
+        engine: kind,
+        materialized: &materialized,
+        observation: observation.as_ref(),
+        suspended_by: None,
+        held: Some((reason, &message)),
+    };
+    write_status(api, app, ctx, &assessment).await?;
+    Ok(Some(Action::requeue(recheck)))
 }
 
 /// The Operation named by the `vworkspace.io/suspended-by-operation` annotation, if it

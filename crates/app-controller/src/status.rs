@@ -39,6 +39,9 @@ pub enum Assessment<'a> {
         observation: Option<&'a Observation>,
         /// An Operation (e.g. a Restore) that holds the release suspended while it runs.
         suspended_by: Option<&'a str>,
+        /// A chart version change that waits for a maintenance window (reason, message):
+        /// the release was left as it is (ADR 0009).
+        held: Option<(&'static str, &'a str)>,
     },
     /// Deletion in progress: the engine is uninstalling the release.
     Uninstalling { message: String },
@@ -75,6 +78,7 @@ pub fn next_status(app: &ApplicationInstance, assessment: &Assessment<'_>, now: 
             materialized,
             observation,
             suspended_by,
+            held,
         } => {
             status.engine = Some(engine.as_str().to_string());
             status.engine_ref = Some(materialized.engine_ref.clone());
@@ -103,6 +107,11 @@ pub fn next_status(app: &ApplicationInstance, assessment: &Assessment<'_>, now: 
                         ));
                     } else {
                         conds.relay(obs);
+                    }
+                    if let Some((reason, message)) = held {
+                        // The release's own conditions describe the version it runs; this
+                        // one says a change is on its way.
+                        conds.set(types::RECONCILING, "True", reason, message);
                     }
                     status.deployed_chart_version = obs.deployed_chart_version.clone();
                     status.app_version = obs.app_version.clone();

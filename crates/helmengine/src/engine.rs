@@ -108,6 +108,11 @@ pub struct Observation {
     pub deployed_chart_version: Option<String>,
     /// App version of that same release.
     pub app_version: Option<String>,
+    /// The chart version (semver constraint) in the engine objects' spec, as last
+    /// materialised: what the engine is asked to deploy now (HelmRelease
+    /// `spec.chart.spec.version`, or an OCIRepository's `spec.ref.semver`). `None` when it
+    /// cannot be read.
+    pub materialized_chart_version: Option<String>,
     /// Chart revision of the last release attempt (`<version>[+<digest>]`).
     pub last_attempted_revision: Option<String>,
     /// Helm releases, newest first, at most [`MAX_HISTORY`].

@@ -35,6 +35,7 @@ fn flux<'a>(materialized: &'a Materialized, observation: Option<&'a Observation>
         materialized,
         observation,
         suspended_by: None,
+        held: None,
     }
 }
 
@@ -293,4 +294,39 @@ fn long_messages_are_truncated_on_a_char_boundary() {
     );
     let msg = &get(&s, "Ready").unwrap().message;
     assert!(msg.len() <= MAX_MESSAGE + 4 && msg.ends_with('…'));
+}
+
+#[test]
+fn a_held_chart_change_is_reconciling_while_ready_describes_the_running_release() {
+    let m = materialized();
+    let obs = observed(vec![cond(
+        "Ready",
+        "True",
+        "UpgradeSucceeded",
+        "Helm upgrade succeeded",
+    )]);
+    let message = "the chart version change from 0.1.0 to 0.2.0 waits for the maintenance window Thursday 12:01 for 10m (UTC), which opens at 2026-11-26T12:01:00Z";
+    let held = Assessment::Materialized {
+        engine: EngineKind::Flux,
+        materialized: &m,
+        observation: Some(&obs),
+        suspended_by: None,
+        held: Some((reasons::WAITING_FOR_MAINTENANCE_WINDOW, message)),
+    };
+    let status = next_status(&app(2, None), &held, &time("2026-11-26T12:00:00Z"));
+    assert_eq!(
+        triple(&status, "Ready"),
+        t("True", "UpgradeSucceeded", "Helm upgrade succeeded")
+    );
+    assert_eq!(
+        triple(&status, "Reconciling"),
+        t("True", "WaitingForMaintenanceWindow", message)
+    );
+    // Once the window opens and the change is applied, the relayed state replaces it.
+    let applied = next_status(
+        &app(2, Some(status)),
+        &flux(&m, Some(&obs)),
+        &time("2026-11-26T12:01:05Z"),
+    );
+    assert_eq!(get(&applied, "Reconciling"), None);
 }

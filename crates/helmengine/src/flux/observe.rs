@@ -77,6 +77,9 @@ pub fn observe(hr: &DynamicObject, source: Option<&DynamicObject>, chart: Option
         source: select_source(source, chart),
         deployed_chart_version: deployed.map(|s| s.chart_version.clone()),
         app_version: deployed.and_then(|s| s.app_version.clone()),
+        materialized_chart_version: str_at(hr, "/spec/chart/spec/version")
+            .or_else(|| source.and_then(|s| str_at(s, "/spec/ref/semver")))
+            .map(str::to_owned),
         last_attempted_revision: str_at(hr, "/status/lastAttemptedRevision").map(str::to_owned),
         history: history.iter().take(MAX_HISTORY).map(SnapshotView::record).collect(),
         suspended,

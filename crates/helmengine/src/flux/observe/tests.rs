@@ -650,3 +650,32 @@ fn source_refs_of_a_chart_ref() {
     release.data["spec"]["chartRef"] = json!({"kind": "ExternalArtifact", "name": "wiki"});
     assert_eq!(source_refs(&release), SourceRefs::default());
 }
+
+#[test]
+fn the_materialised_chart_version_is_read_from_the_release_or_its_oci_source() {
+    let mut release = hr(1, json!({}));
+    assert_eq!(observe(&release, None, None).materialized_chart_version, None);
+    release.data["spec"]["chart"]["spec"]["version"] = json!("6.2.1");
+    assert_eq!(
+        observe(&release, None, None).materialized_chart_version.as_deref(),
+        Some("6.2.1")
+    );
+    let oci_release = object(json!({
+        "apiVersion": "helm.toolkit.fluxcd.io/v2",
+        "kind": "HelmRelease",
+        "metadata": {"name": "wiki", "namespace": NS, "generation": 1},
+        "spec": {"interval": "10m", "chartRef": {"kind": "OCIRepository", "name": "wiki"}},
+    }));
+    let oci = object(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "OCIRepository",
+        "metadata": {"name": "wiki", "namespace": NS, "generation": 1},
+        "spec": {"url": "oci://registry.example/charts/wiki", "ref": {"semver": "~6.2"}},
+    }));
+    assert_eq!(
+        observe(&oci_release, Some(&oci), None)
+            .materialized_chart_version
+            .as_deref(),
+        Some("~6.2")
+    );
+}
