@@ -34,6 +34,7 @@
 /// backoff of the workspace.
 pub use api::backoff;
 pub mod error;
+pub mod maintenance;
 pub mod messages;
 pub mod plan;
 pub mod push;

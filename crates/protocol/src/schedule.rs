@@ -24,8 +24,9 @@ pub fn supported_by(version: ProtocolVersion) -> bool {
     version.major == SINCE.major && version.minor >= SINCE.minor
 }
 
-/// A Go duration (`30m`, `168h`, `1h30m`), as the CRD's pattern `^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`.
-fn duration_shape(s: &str) -> bool {
+/// A Go duration (`30m`, `168h`, `1h30m`), as the CRD's pattern `^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+/// ([`api::schema::DURATION_PATTERN`]). Also the shape of a maintenance window's `duration`.
+pub(crate) fn duration_shape(s: &str) -> bool {
     let mut rest = s;
     if rest.is_empty() {
         return false;

@@ -213,6 +213,10 @@ pub fn validate_document(doc: &DesiredState) -> Result<(), ValidationError> {
                 problem,
             })?;
         }
+        crate::maintenance::check(&app.spec.maintenance_windows).map_err(|problem| ValidationError::Spec {
+            entry: entry.clone(),
+            problem,
+        })?;
     }
     for (i, op) in doc.operations.iter().enumerate() {
         let entry = format!("operations[{i}]");
@@ -391,6 +395,17 @@ mod tests {
                         keep_last: Some(7),
                         ..Default::default()
                     })
+                }),
+            ),
+            (
+                "spec.maintenanceWindows[0]: start",
+                Box::new(|d| {
+                    d.applications[0].spec.maintenance_windows = vec![api::maintenance::MaintenanceWindow {
+                        days: vec![api::maintenance::Weekday::Saturday],
+                        start: "25:00".into(),
+                        duration: "2h".into(),
+                        time_zone: None,
+                    }]
                 }),
             ),
             (

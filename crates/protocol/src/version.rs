@@ -16,7 +16,8 @@ use std::{fmt, str::FromStr};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The version the binaries announce (`protocol_version` of every call and answer): the
-/// newest one, since the backup engine runs what 1.1 adds ([`LATEST`]).
+/// newest one ([`LATEST`]), since the backup engine runs what 1.1 adds, and the engines and
+/// the app controller honour what 1.2 adds.
 pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 
 /// The newest version this crate describes. History (`docs/connectivity/protocol.md`):
@@ -24,7 +25,9 @@ pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 /// * 1.0: the first version.
 /// * 1.1: backup schedules, `spec.backupSchedule` in an application's spec and
 ///   `backup_schedule` in its report ([`crate::schedule`]).
-pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 1 };
+/// * 1.2: maintenance windows, `spec.maintenanceWindows` in an application's spec and
+///   `spec.urgent` in an Operation's ([`crate::maintenance`]).
+pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 2 };
 
 /// `MAJOR.MINOR`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -91,12 +94,17 @@ mod tests {
 
     #[test]
     fn parse_and_display() {
-        assert_eq!("1.1".parse(), Ok(PROTOCOL_VERSION));
+        assert_eq!("1.2".parse(), Ok(PROTOCOL_VERSION));
+        assert_eq!(
+            LATEST,
+            crate::maintenance::SINCE,
+            "the newest feature's version is the latest"
+        );
         assert_eq!("2.13".parse::<ProtocolVersion>().unwrap().to_string(), "2.13");
         for bad in ["", "1", "1.", ".1", "1.0.0", "a.b", "-1.0", "1.+2", "999999.0"] {
             assert!(bad.parse::<ProtocolVersion>().is_err(), "{bad:?}");
         }
-        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.1\"");
+        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.2\"");
         assert!(
             serde_json::from_str::<ProtocolVersion>("1.0").is_err(),
             "a number is not a version"

@@ -502,3 +502,46 @@ fn report_of_an_application_with_a_backup_schedule() {
     });
     golden("report_application_backup_schedule.json", &report);
 }
+
+/// Protocol 1.2: an application with a maintenance window, as Odoo sends it.
+fn document_with_maintenance_windows() -> DesiredState {
+    serde_json::from_value(json!({
+        "epoch": "c7-20261120",
+        "revision": 14,
+        "generated_at": "2026-11-26T09:00:00Z",
+        "applications": [{
+            "namespace": "team-a",
+            "name": "wiki",
+            "spec": {
+                "chart": {"name": "wiki", "version": "1.3.0",
+                          "repository": {"url": "https://charts.example.com", "interval": "1h"}},
+                "maintenanceWindows": [{
+                    "days": ["Saturday", "Sunday"],
+                    "start": "02:00",
+                    "duration": "2h",
+                    "timeZone": "Europe/Brussels"
+                }]
+            }
+        }],
+        "operations": [],
+        "deletions": []
+    }))
+    .unwrap()
+}
+
+#[test]
+fn sync_result_with_maintenance_windows() {
+    let doc = document_with_maintenance_windows();
+    protocol::validate::validate_document(&doc).unwrap();
+    assert_eq!(doc.applications[0].spec.maintenance_windows.len(), 1);
+    golden(
+        "sync_result_document_maintenance_windows.json",
+        &SyncResult {
+            protocol_version: protocol::maintenance::SINCE,
+            server_time: ts("2026-11-26T09:00:05Z"),
+            desired: Some(doc),
+            resync_requested: false,
+            next_sync_seconds: Some(30),
+        },
+    );
+}
