@@ -73,6 +73,11 @@ bench-app *args:
 bench-ops *args:
     hack/bench-ops.sh {{args}}
 
+# Benchmark backup and restore of 1 GiB of volume data on the real node against a plain cp
+# (figures in docs/performance.md).
+bench-backup *args:
+    hack/bench-backup.sh {{args}}
+
 # Benchmark the connectivity agent: status-change latency to the control plane (with and without
 # the gRPC status channel) and 1,000 simulated agents against one simulator (figures in docs/performance.md).
 bench-agent *args:
