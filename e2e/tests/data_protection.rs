@@ -165,3 +165,162 @@ async fn volume_data_comes_back_byte_for_byte_through_file_system_backup_and_res
     assert_eq!(after, before, "the restored volume holds the same bytes");
     Ok(())
 }
+
+/// Overwrites the app's data in place, as a bad migration or a user would.
+async fn overwrite_data(ctx: &TestContext, release: &str) -> anyhow::Result<()> {
+    let target = format!("deploy/{release}");
+    kubectl(
+        &[
+            "-n",
+            ctx.namespace.as_str(),
+            "exec",
+            &target,
+            "-c",
+            "app",
+            "--",
+            "sh",
+            "-c",
+            "head -c 4096 /dev/urandom > /data/seed.bin && echo overwritten > /data/generation",
+        ],
+        None,
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_volume_restore_replaces_the_live_claim_with_the_backed_up_data() -> anyhow::Result<()> {
+    require_real_node()?;
+    let ctx = TestContext::new("data-inplace").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _backup = start_engine(&ctx, "backup-engine", &[]).await?;
+    let _restore = start_engine(&ctx, "restore-engine", &[]).await?;
+
+    let mut values = placement();
+    values["dataSizeKiB"] = json!(2048);
+    apply_app(&ctx, &app("files", "data-app", "1.0.0", values)).await?;
+    wait_deployed(&ctx, "files", "InstallSucceeded", "1.0.0").await?;
+    wait_available(&ctx, "files").await?;
+    let before = checksums(&ctx, "files").await?;
+
+    create_operation(
+        &ctx,
+        &operation(
+            "with-data",
+            "files",
+            "Backup",
+            json!({"includeVolumes": true, "volumeMethod": "FileSystem", "ttl": "1h"}),
+        ),
+    )
+    .await?;
+    wait_phase(&ctx, "with-data", OperationPhase::Succeeded, "Completed").await?;
+
+    // The live data changes; the workload and its claim stay where they are.
+    overwrite_data(&ctx, "files").await?;
+    assert_ne!(checksums(&ctx, "files").await?, before, "the data was overwritten");
+
+    create_operation(
+        &ctx,
+        &operation(
+            "bring-back",
+            "files",
+            "Restore",
+            json!({"source": {"operationName": "with-data"}, "restoreVolumes": true}),
+        ),
+    )
+    .await?;
+    let restore = wait_phase(&ctx, "bring-back", OperationPhase::Succeeded, "Completed").await?;
+    let velero_restore = velero_child(&restore, "Restore")?;
+    let volumes = pod_volume_items("podvolumerestores.velero.io", "velero.io/restore-name", &velero_restore).await?;
+    assert_eq!(
+        volumes.len(),
+        1,
+        "one PodVolumeRestore into the replaced claim: {volumes:?}"
+    );
+    wait_available(&ctx, "files").await?;
+    assert_eq!(
+        checksums(&ctx, "files").await?,
+        before,
+        "the backed-up bytes replaced the live ones"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_upgrade_that_rewrote_the_data_rolls_back_with_the_data_byte_identical() -> anyhow::Result<()> {
+    require_real_node()?;
+    let ctx = TestContext::new("data-rollback").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _backup = start_engine(&ctx, "backup-engine", &[]).await?;
+    let _restore = start_engine(&ctx, "restore-engine", &[]).await?;
+    let _upgrade = start_engine(&ctx, "upgrade-engine", &[]).await?;
+
+    let mut values = placement();
+    values["dataSizeKiB"] = json!(2048);
+    values["generation"] = json!("1.0.0 data");
+    apply_app(&ctx, &app("files", "data-app", "1.0.0", values)).await?;
+    wait_deployed(&ctx, "files", "InstallSucceeded", "1.0.0").await?;
+    wait_available(&ctx, "files").await?;
+    let before = checksums(&ctx, "files").await?;
+
+    // 2.0.0's first pre-upgrade hook rewrites the data, its second fails the upgrade.
+    create_operation(
+        &ctx,
+        &operation(
+            "up",
+            "files",
+            "Upgrade",
+            json!({
+                "chartVersion": "2.0.0",
+                "backupFirst": true,
+                "backup": {"includeVolumes": true, "volumeMethod": "FileSystem", "ttl": "1h"},
+                "onFailure": "RollbackAndRestore",
+            }),
+        ),
+    )
+    .await?;
+    let failed = e2e::ops::wait_operation(
+        &ctx,
+        "up",
+        "Failed after rolling back and restoring",
+        e2e::ops::OPERATION_TIMEOUT * 3,
+        |op| op.status.as_ref().and_then(|s| s.phase) == Some(OperationPhase::Failed),
+    )
+    .await?;
+    let result = failed.status.clone().and_then(|s| s.result).unwrap_or_default();
+    assert!(
+        result.contains("rolled back") && result.contains("ended Succeeded"),
+        "rolled back and restored: {result}"
+    );
+    let restore: api::Operation = ctx.api().get("up-restore").await?;
+    assert_eq!(
+        restore.spec.restore.as_ref().and_then(|r| r.restore_volumes),
+        Some(true),
+        "the child Restore brings the volume data back"
+    );
+
+    // The hook did rewrite the data before the upgrade failed.
+    let rewrite = kubectl(
+        &[
+            "-n",
+            ctx.namespace.as_str(),
+            "get",
+            "job",
+            "files-migrate-rewrite",
+            "-o",
+            "jsonpath={.status.succeeded}",
+        ],
+        None,
+    )
+    .await?;
+    assert_eq!(rewrite.trim(), "1", "the rewriting hook ran to completion");
+
+    wait_deployed(&ctx, "files", "UpgradeSucceeded", "1.0.0").await?;
+    wait_available(&ctx, "files").await?;
+    assert_eq!(
+        checksums(&ctx, "files").await?,
+        before,
+        "the old version runs again with its data byte-identical"
+    );
+    Ok(())
+}

@@ -151,6 +151,10 @@ pub mod operation_reasons {
     /// Failed: Velero ended the Backup or Restore in phase `PartiallyFailed` (Velero's phase name,
     /// kept as the reason; the message carries the warning and error counts).
     pub const PARTIALLY_FAILED: &str = "PartiallyFailed";
+    /// Failed: a Restore with `restoreVolumes` cannot replace the application's volumes safely
+    /// (a claim is mounted by a DaemonSet or Job, or by something the restore would not bring
+    /// back); nothing was deleted.
+    pub const VOLUMES_NOT_REPLACED: &str = "VolumesNotReplaced";
     /// Failed: a Rollback names a revision (or chart version) that the application's revision
     /// history does not hold.
     pub const REVISION_NOT_FOUND: &str = "RevisionNotFound";

@@ -231,6 +231,8 @@ pub struct SnapshotParams {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.onFailure) || self.onFailure != 'RollbackAndRestore' || (has(self.backupFirst) && self.backupFirst)")
     .message("onFailure RollbackAndRestore needs backupFirst: true"))]
+#[x_kube(validation = Rule::new("!has(self.backup) || (has(self.backupFirst) && self.backupFirst)")
+    .message("upgrade.backup configures the pre-upgrade backup and needs backupFirst: true"))]
 pub struct UpgradeParams {
     /// Target chart version (exact version or semver range).
     #[schemars(length(min = 1, max = 256))]
@@ -242,6 +244,11 @@ pub struct UpgradeParams {
     /// Take a Backup Operation first, and refuse to upgrade if it fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_first: Option<bool>,
+    /// Settings of the pre-upgrade Backup (with `backupFirst`), e.g. `includeVolumes: true` and
+    /// `volumeMethod: FileSystem` so that `RollbackAndRestore` brings the volume data back too.
+    /// Default: a Backup of the resources only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupParams>,
     /// What to do if the upgrade fails. Default `None` (the application's own remediation applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<UpgradeFailurePolicy>,

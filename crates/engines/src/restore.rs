@@ -2,7 +2,9 @@
 //! application's target namespace. The application's HelmRelease is held suspended while
 //! the restore runs (annotation `vworkspace.io/suspended-by-operation` on the
 //! ApplicationInstance, honoured by the app controller while this Operation has not
-//! ended), so Flux does not fight the restored objects.
+//! ended), so Flux does not fight the restored objects. With `restoreVolumes`, the volumes
+//! the backup holds data for are replaced first ([`operations::volume_replace`]): Velero
+//! restores volume data only into claims and pods it creates itself.
 
 use std::time::Duration;
 
@@ -10,11 +12,17 @@ use api::{
     ANNOTATION_SUSPENDED_BY, ApplicationInstance, Operation, OperationType,
     conditions::{operation_reasons, reasons, types},
 };
-use kube::Api;
+use controller_kit::WriteVerb;
+use kube::{
+    Api,
+    api::{DeleteParams, DynamicObject, ListParams, Preconditions, PropagationPolicy},
+    discovery::ApiResource,
+};
 use operations::{
     Outcome, Progress,
     meta::{self, OpId},
-    velero::{self, VeleroKind},
+    velero::{self, VeleroKind, VeleroTarget},
+    volume_replace::{self, Deletion, Listed, ReplaceStep},
 };
 use serde_json::{Value, json};
 
@@ -63,6 +71,61 @@ impl RestoreDriver {
     }
 }
 
+/// Velero's PodVolumeBackup resource (what a file-system backup holds data for).
+fn pod_volume_backups() -> ApiResource {
+    children::resource(velero::API_VERSION, "PodVolumeBackup", "podvolumebackups")
+}
+
+/// The core and apps resources a volume replacement reads or deletes, by kind.
+fn workload_resource(kind: &str) -> ApiResource {
+    match kind {
+        "Deployment" => children::resource("apps/v1", "Deployment", "deployments"),
+        "StatefulSet" => children::resource("apps/v1", "StatefulSet", "statefulsets"),
+        "ReplicaSet" => children::resource("apps/v1", "ReplicaSet", "replicasets"),
+        "PersistentVolumeClaim" => children::resource("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+        _ => children::resource("v1", "Pod", "pods"),
+    }
+}
+
+/// Lists `resource` in `namespace` (optionally by label) as JSON.
+async fn list_json(
+    cx: &Cx,
+    resource: &ApiResource,
+    namespace: &str,
+    labels: Option<&str>,
+) -> Result<Vec<Value>, DriverError> {
+    let params = labels.map_or_else(ListParams::default, |l| ListParams::default().labels(l));
+    let list = Api::<DynamicObject>::namespaced_with(cx.client.clone(), namespace, resource)
+        .list(&params)
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect())
+}
+
+/// Deletes `deletion` in `namespace` (UID precondition; dependents first, so no pod of a
+/// deleted workload outlives it); already gone is fine.
+async fn delete(cx: &Cx, namespace: &str, deletion: &Deletion) -> Result<(), DriverError> {
+    let api = Api::<DynamicObject>::namespaced_with(cx.client.clone(), namespace, &workload_resource(deletion.kind));
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        preconditions: deletion.uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    cx.metrics.api_write(WriteVerb::Delete, deletion.kind_label());
+    match api.delete(&deletion.name, &params).await {
+        Ok(_) => Ok(()),
+        // Gone, or replaced by a newer object of the same name (left alone).
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Sets (`Some`) or releases (`None`) the suspension of the application by this Operation.
 async fn hold(cx: &Cx, app: &ApplicationInstance, holder: Option<&str>) -> Result<(), DriverError> {
     let current = app
@@ -92,6 +155,73 @@ fn suspended_by(app: &ApplicationInstance, operation: &str) -> bool {
                 .iter()
                 .any(|c| c.type_ == types::READY && c.reason == reasons::SUSPENDED && c.message.contains(operation))
     })
+}
+
+impl RestoreDriver {
+    /// With `restoreVolumes`, one step of replacing the volumes the backup holds data for
+    /// ([`volume_replace::replace_step`]): `None` when Velero may restore now, else the
+    /// outcome to report (deletions under way, or a refusal).
+    async fn replace_volumes(
+        &self,
+        cx: &Cx,
+        backup: &str,
+        target: &VeleroTarget,
+    ) -> Result<Option<Outcome>, DriverError> {
+        let restore_volumes = cx
+            .op
+            .spec
+            .restore
+            .as_ref()
+            .and_then(|r| r.restore_volumes)
+            .unwrap_or(false);
+        if !restore_volumes {
+            return Ok(None);
+        }
+        let selector = format!("{}={backup}", volume_replace::LABEL_BACKUP_NAME);
+        let pod_volume_backups = list_json(cx, &pod_volume_backups(), &self.velero_namespace, Some(&selector)).await?;
+        if volume_replace::claims_with_data(&pod_volume_backups, &target.namespace).is_empty() {
+            return Ok(None);
+        }
+        let ns = target.namespace.as_str();
+        let claims = list_json(cx, &workload_resource("PersistentVolumeClaim"), ns, None).await?;
+        let pods = list_json(cx, &workload_resource("Pod"), ns, None).await?;
+        let replica_sets = list_json(cx, &workload_resource("ReplicaSet"), ns, None).await?;
+        let listed = Listed {
+            pod_volume_backups: &pod_volume_backups,
+            claims: &claims,
+            pods: &pods,
+            replica_sets: &replica_sets,
+        };
+        Ok(match volume_replace::replace_step(target, &listed) {
+            ReplaceStep::Ready => None,
+            ReplaceStep::Waiting(message) => Some(Outcome::Running {
+                message,
+                children: Vec::new(),
+            }),
+            ReplaceStep::Delete(deletions) => {
+                for deletion in &deletions {
+                    delete(cx, ns, deletion).await?;
+                }
+                let names: Vec<String> = deletions.iter().map(|d| format!("{} {}", d.kind, d.name)).collect();
+                Some(Outcome::Running {
+                    message: format!(
+                        "replacing volumes: deleted {} in {ns}; Velero restores them with their data from Backup {backup}",
+                        names.join(", ")
+                    ),
+                    children: Vec::new(),
+                })
+            }
+            ReplaceStep::Refused(message) => {
+                if let Some(app) = cx.app.as_ref() {
+                    hold(cx, app, None).await?;
+                }
+                Some(Outcome::failed(
+                    operation_reasons::VOLUMES_NOT_REPLACED,
+                    format!("volume data cannot be restored in place: {message}"),
+                ))
+            }
+        })
+    }
 }
 
 impl Driver for RestoreDriver {
@@ -158,6 +288,9 @@ impl Driver for RestoreDriver {
                     "the ApplicationInstance is gone",
                 ));
             };
+            if let Some(outcome) = self.replace_volumes(cx, &backup, &target).await? {
+                return Ok(outcome);
+            }
             let object = velero::restore_object(&cx.op, &backup, &target, &self.velero_namespace)?;
             return Ok(match children::ensure(cx, &velero_restores(), &object).await? {
                 Child::Ours(restore) => Outcome::Running {

@@ -57,6 +57,7 @@ pub mod schedule;
 pub mod snapshot;
 pub mod status;
 pub mod velero;
+pub mod volume_replace;
 
 pub use error::Error;
 pub use lifecycle::{Gate, Sibling, Siblings};

@@ -175,6 +175,7 @@ fn params(backup_first: bool, on_failure: Option<UpgradeFailurePolicy>) -> Upgra
         chart_version: "0.2.0".into(),
         values_patch: Some(json!({"replicas": 2})),
         backup_first: backup_first.then_some(true),
+        backup: None,
         on_failure,
     }
 }
@@ -259,6 +260,18 @@ fn id_of(op: &Operation) -> OpId<'_> {
     OpId::of(op).expect("id")
 }
 
+/// `upgrade.backup` with volume data through Velero's file-system backup.
+fn with_volume_backup(mut op: Operation) -> Operation {
+    if let Some(params) = op.spec.upgrade.as_mut() {
+        params.backup = Some(api::BackupParams {
+            include_volumes: Some(true),
+            volume_method: Some(api::VolumeBackupMethod::FileSystem),
+            ..Default::default()
+        });
+    }
+    op
+}
+
 fn child_op(child: UpgradeChild, payload: Value, annotations: BTreeMap<String, String>) -> Value {
     let op = upgrade_op(Some(params(true, Some(UpgradeFailurePolicy::RollbackAndRestore))));
     upgrade::child_operation(&id_of(&op), child, payload, annotations)
@@ -318,6 +331,22 @@ fn upgrade_transitions() {
             },
         )
         .with(|r| r.op = backup_first(None)),
+        UpgradeRow::new(
+            "backupFirst with volume data: the backup carries upgrade.backup",
+            "BackupToCreate",
+            ReleaseAction::CreateChild {
+                object: child_op(
+                    UpgradeChild::Backup,
+                    json!({"includeVolumes": true, "volumeMethod": "FileSystem"}),
+                    BTreeMap::new(),
+                ),
+                then: running(
+                    "waiting for the pre-upgrade backup Operation up-backup",
+                    vec![op_ref("up-backup")],
+                ),
+            },
+        )
+        .with(|r| r.op = with_volume_backup(backup_first(None))),
         UpgradeRow::new(
             "backupFirst: the name is taken",
             "NameTaken",
@@ -639,6 +668,25 @@ fn upgrade_transitions() {
             },
         )
         .with(remediate),
+        UpgradeRow::new(
+            "rolled back, RollbackAndRestore after a volume backup: the restore brings the volume data back",
+            "RestoreToCreate",
+            ReleaseAction::CreateChild {
+                object: child_op(
+                    UpgradeChild::Restore,
+                    json!({"source": {"operationName": "up-backup"}, "restoreVolumes": true}),
+                    BTreeMap::new(),
+                ),
+                then: running(
+                    &format!("{rolled_back}; restoring the pre-upgrade backup (Operation up-restore)"),
+                    restore_children.clone(),
+                ),
+            },
+        )
+        .with(|r| {
+            remediate(r);
+            r.op = with_volume_backup(r.op.clone());
+        }),
         UpgradeRow::new(
             "rolled back, the restore's name is taken",
             "NameTaken",

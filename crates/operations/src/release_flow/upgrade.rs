@@ -360,7 +360,12 @@ pub fn determine_state(observation: &Observation<'_>) -> State {
         children.push(operation_reference(&backup, id.namespace));
         match &observation.backup {
             ChildState::Absent => {
-                let object = child_operation(&id, UpgradeChild::Backup, json!({}), BTreeMap::new());
+                let payload = params
+                    .backup
+                    .as_ref()
+                    .and_then(|b| serde_json::to_value(b).ok())
+                    .unwrap_or_else(|| json!({}));
+                let object = child_operation(&id, UpgradeChild::Backup, payload, BTreeMap::new());
                 return at(Stage::BackupToCreate { object, backup }, &children);
             }
             ChildState::Foreign => return name_taken(backup),
@@ -512,7 +517,13 @@ fn remediation(
     let stage = match &observation.restore {
         ChildState::Absent => {
             let backup = UpgradeChild::Backup.name(id.name);
-            let payload = json!({"source": {"operationName": backup}});
+            // The volume data comes back when the pre-upgrade backup holds it.
+            let volumes = params.backup.as_ref().and_then(|b| b.include_volumes).unwrap_or(false);
+            let payload = if volumes {
+                json!({"source": {"operationName": backup}, "restoreVolumes": true})
+            } else {
+                json!({"source": {"operationName": backup}})
+            };
             Stage::RestoreToCreate {
                 failure,
                 rollback_result,
