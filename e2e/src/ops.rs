@@ -14,11 +14,22 @@ pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(150);
 
 /// Starts the engine `binary` confined to the test namespace, with debug logging.
 pub async fn start_engine(ctx: &TestContext, binary: &str, extra: &[&str]) -> anyhow::Result<ControllerProcess> {
+    start_engine_allowing(ctx, binary, &ctx.namespace, extra).await
+}
+
+/// Starts the engine `binary` watching the test namespace, with `--allowed-namespaces
+/// allowed` (comma-separated; for Operations that name other namespaces), with debug logging.
+pub async fn start_engine_allowing(
+    ctx: &TestContext,
+    binary: &str,
+    allowed: &str,
+    extra: &[&str],
+) -> anyhow::Result<ControllerProcess> {
     let mut args = vec![
         "--watch-namespace",
         ctx.namespace.as_str(),
         "--allowed-namespaces",
-        ctx.namespace.as_str(),
+        allowed,
         // Port 0: the kernel picks a free one; the tests never call this admin server.
         "--admin-addr",
         "127.0.0.1:0",

@@ -324,3 +324,102 @@ async fn a_failed_upgrade_that_rewrote_the_data_rolls_back_with_the_data_byte_id
     );
     Ok(())
 }
+
+/// `sha256sum` of the data files of `release`'s running container in `namespace`.
+async fn checksums_in(namespace: &str, release: &str) -> anyhow::Result<String> {
+    let target = format!("deploy/{release}");
+    let mut args = vec!["-n", namespace, "exec", &target, "-c", "app", "--", "sha256sum"];
+    args.extend(DATA_FILES);
+    kubectl(&args, None).await
+}
+
+#[tokio::test]
+async fn a_clone_restores_the_application_and_its_data_into_an_allowed_namespace_only() -> anyhow::Result<()> {
+    require_real_node()?;
+    let ctx = TestContext::new("data-clone").await?;
+    let copy = TestContext::new("data-clone-to").await?;
+    let (from, to) = (ctx.namespace.as_str(), copy.namespace.as_str());
+    // Allowed by the engine's namespaces but not paired: refused all the same.
+    let unpaired = format!("{to}-x");
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _backup = start_engine(&ctx, "backup-engine", &[]).await?;
+    let allowed = format!("{from},{to},{unpaired}");
+    let pair = format!("{from}={to}");
+    let _restore =
+        e2e::ops::start_engine_allowing(&ctx, "restore-engine", &allowed, &["--allowed-namespace-pairs", &pair])
+            .await?;
+
+    let mut values = placement();
+    values["dataSizeKiB"] = json!(2048);
+    apply_app(&ctx, &app("files", "data-app", "1.0.0", values)).await?;
+    wait_deployed(&ctx, "files", "InstallSucceeded", "1.0.0").await?;
+    wait_available(&ctx, "files").await?;
+    let before = checksums(&ctx, "files").await?;
+    create_operation(
+        &ctx,
+        &operation(
+            "with-data",
+            "files",
+            "Backup",
+            json!({"includeVolumes": true, "volumeMethod": "FileSystem", "ttl": "1h"}),
+        ),
+    )
+    .await?;
+    wait_phase(&ctx, "with-data", OperationPhase::Succeeded, "Completed").await?;
+
+    let mut refused = operation(
+        "elsewhere",
+        "files",
+        "Restore",
+        json!({"source": {"operationName": "with-data"}, "restoreVolumes": true, "targetNamespace": unpaired}),
+    );
+    refused["spec"]["requestId"] = json!("req-elsewhere");
+    create_operation(&ctx, &refused).await?;
+    let refused = wait_phase(&ctx, "elsewhere", OperationPhase::Failed, "NamespaceNotAllowed").await?;
+    let result = refused.status.and_then(|s| s.result).unwrap_or_default();
+    assert!(
+        result.contains(&format!("--allowed-namespace-pairs {from}={unpaired}")),
+        "{result}"
+    );
+
+    create_operation(
+        &ctx,
+        &operation(
+            "clone",
+            "files",
+            "Restore",
+            json!({"source": {"operationName": "with-data"}, "restoreVolumes": true, "targetNamespace": to}),
+        ),
+    )
+    .await?;
+    let clone = wait_phase(&ctx, "clone", OperationPhase::Succeeded, "Completed").await?;
+    let velero_restore = velero_child(&clone, "Restore")?;
+    let volumes = pod_volume_items("podvolumerestores.velero.io", "velero.io/restore-name", &velero_restore).await?;
+    assert_eq!(
+        volumes.len(),
+        1,
+        "one PodVolumeRestore into the clone's claim: {volumes:?}"
+    );
+
+    // The clone runs in the other namespace on the same bytes; the original is untouched.
+    wait_available(&copy, "files").await?;
+    assert_eq!(
+        checksums_in(to, "files").await?,
+        before,
+        "the clone holds the same bytes"
+    );
+    assert_eq!(checksums(&ctx, "files").await?, before, "the original keeps its data");
+    let original: api::ApplicationInstance = ctx.api().get("files").await?;
+    let ready = original
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()));
+    assert_eq!(
+        ready,
+        Some(("True".to_owned(), "InstallSucceeded".to_owned())),
+        "the original was never suspended"
+    );
+    Ok(())
+}

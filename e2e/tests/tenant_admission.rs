@@ -358,14 +358,27 @@ async fn a_tenant_runbook_cannot_reach_the_node_the_api_or_another_namespace() -
             ),
             "spec.runbook.workflowTemplateRef.clusterScope is true".to_owned(),
         ),
+        (
+            "a clone into another namespace",
+            operation(
+                "clone",
+                "Restore",
+                json!({"restore": {"source": {"operationName": "nightly"}, "targetNamespace": theirs.namespace}}),
+            ),
+            format!(
+                "spec.restore.targetNamespace {} is not this object's namespace {}",
+                theirs.namespace, mine.namespace
+            ),
+        ),
     ];
     for (what, attack, expect) in &attacks {
         assert_refused(what, ops.create(&pp, attack).await, OPERATION_POLICY, expect);
     }
 
-    // A Restore has no field that names a namespace (it restores the application's own
-    // target namespace, which the ApplicationInstance policy keeps in its namespace): the
-    // only way into team-b is an Operation there, which RBAC refuses.
+    // A Restore names another namespace only as a clone with an allowed pair (refused above);
+    // otherwise it restores the application's own target namespace, which the
+    // ApplicationInstance policy keeps in its namespace. The other way into team-b is an
+    // Operation there, which RBAC refuses.
     let restore = operation(
         "restore",
         "Restore",

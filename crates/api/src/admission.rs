@@ -81,9 +81,10 @@ fn binding(policy: &str) -> Value {
 /// The ApplicationInstance policy: target, source and dependencies in the object's own
 /// namespace (or an allowed pair), only the release ServiceAccount, and no repository URL
 /// whose host is a link-local IP literal (the cloud metadata service).
-fn application_instance_policy() -> Value {
-    // `in variables.pairs` compares normalised `from=to` strings: the same parse as
-    // controller-kit's NamespacePairs (comma-separated, blanks around names ignored).
+/// The variable `pairs`: the pairs the namespace's annotation allows, as normalised `from=to`
+/// strings (the same parse as controller-kit's NamespacePairs: comma-separated, blanks
+/// around names ignored), for `in variables.pairs`.
+fn pairs_variable() -> Value {
     let annotations = "namespaceObject.metadata.annotations";
     let pairs = format!(
         "namespaceObject == null || !has({annotations}) \
@@ -91,8 +92,16 @@ fn application_instance_policy() -> Value {
          {annotations}['{ANNOTATION_ALLOWED_NAMESPACE_PAIRS}'].split(',').map(p, p.trim()).filter(p, p != '')\
          .map(p, p.split('=').map(n, n.trim()).join('='))"
     );
-    let allowed =
-        |ns: &str| format!("({ns} == request.namespace || (request.namespace + '=' + {ns}) in variables.pairs)");
+    json!({"name": "pairs", "expression": pairs})
+}
+
+/// CEL: namespace `ns` is the request's own, or an allowed pair (needs [`pairs_variable`]).
+fn allowed_namespace(ns: &str) -> String {
+    format!("({ns} == request.namespace || (request.namespace + '=' + {ns}) in variables.pairs)")
+}
+
+fn application_instance_policy() -> Value {
+    let allowed = allowed_namespace;
     let outside = |field: &str, value: &str| {
         format!(
             "'{field} ' + {value} + ' is not this object\\'s namespace ' + request.namespace + \
@@ -113,7 +122,7 @@ fn application_instance_policy() -> Value {
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": resource_rules("applicationinstances")},
             "matchConditions": match_conditions(),
-            "variables": [{"name": "pairs", "expression": pairs}],
+            "variables": [pairs_variable()],
             "validations": [
                 {
                     "expression": format!("!has({target}) || {}", allowed(target)),
@@ -164,8 +173,9 @@ fn application_instance_policy() -> Value {
     })
 }
 
-/// The Operation policy: a Runbook pod that could reach the node or borrow API rights,
-/// and a Runbook that runs a cluster-scoped WorkflowTemplate, are refused.
+/// The Operation policy: a Restore that clones into another namespace without an allowed
+/// pair, a Runbook pod that could reach the node or borrow API rights, and a Runbook that
+/// runs a cluster-scoped WorkflowTemplate, are refused.
 fn operation_policy() -> Value {
     let pod_field = "'spec.runbook.job.template.spec.'";
     // Every container of the pod, with the list it came from, for messages.
@@ -200,6 +210,7 @@ fn operation_policy() -> Value {
     };
     let host_namespaces =
         "['hostNetwork', 'hostPID', 'hostIPC'].filter(f, f in variables.pod && variables.pod[f] == true)";
+    let clone = "object.spec.restore.targetNamespace";
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -209,6 +220,7 @@ fn operation_policy() -> Value {
             "matchConstraints": {"resourceRules": resource_rules("operations")},
             "matchConditions": match_conditions(),
             "variables": [
+                pairs_variable(),
                 {
                     "name": "pod",
                     // The JobSpec is free-form in the CRD: dyn() lets missing levels be an
@@ -221,6 +233,19 @@ fn operation_policy() -> Value {
                 {"name": "containers", "expression": containers},
             ],
             "validations": [
+                {
+                    "expression": format!(
+                        "!has(object.spec.restore) || !has(object.spec.restore.targetNamespace) || {}",
+                        allowed_namespace(clone)
+                    ),
+                    "messageExpression": format!(
+                        "'spec.restore.targetNamespace ' + {clone} + ' is not this object\\'s namespace ' + \
+                         request.namespace + ': a Restore clones only into its own namespace, unless the cluster \
+                         administrator allows the pair ' + request.namespace + '=' + {clone} + ' (annotation \
+                         {ANNOTATION_ALLOWED_NAMESPACE_PAIRS} on the namespace)'"
+                    ),
+                    "reason": "Forbidden",
+                },
                 {
                     "expression": format!("size({host_namespaces}) == 0"),
                     "messageExpression": format!(

@@ -193,6 +193,15 @@ pub struct RestoreParams {
     /// Restore volume data as well. Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_volumes: Option<bool>,
+    /// Restore into this namespace instead of the application's target namespace: a clone of
+    /// the application's objects and volume data beside the original, which is left untouched
+    /// (ADR 0010). The clone is not a release: nothing manages it until an application adopts
+    /// it. Refused unless the restore engine's `--allowed-namespace-pairs` lists
+    /// `<Operation namespace>=<targetNamespace>`; objects that already exist there are left
+    /// as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub target_namespace: Option<String>,
 }
 
 /// Where a restore takes its backup from: exactly one field.

@@ -12,7 +12,7 @@ use api::{
     ANNOTATION_SUSPENDED_BY, ApplicationInstance, Operation, OperationType,
     conditions::{operation_reasons, reasons, types},
 };
-use controller_kit::WriteVerb;
+use controller_kit::{WriteVerb, namespaces::NamespacePairs};
 use kube::{
     Api,
     api::{DeleteParams, DynamicObject, ListParams, Preconditions, PropagationPolicy},
@@ -35,6 +35,8 @@ use crate::runtime::{Cx, Driver, DriverError, Watch};
 pub struct RestoreDriver {
     /// Namespace Velero runs in.
     pub velero_namespace: String,
+    /// `FROM=TO` pairs: a Restore in `FROM` may clone into `TO` (`restore.targetNamespace`).
+    pub namespace_pairs: NamespacePairs,
 }
 
 impl RestoreDriver {
@@ -158,6 +160,39 @@ fn suspended_by(app: &ApplicationInstance, operation: &str) -> bool {
 }
 
 impl RestoreDriver {
+    /// A clone into another namespace must be allowed twice: by the engine's namespaces (the
+    /// policy, never a system namespace) and by a cluster administrator's pair
+    /// `<Operation namespace>=<targetNamespace>`. A tenant's intent never reaches another
+    /// namespace on its own.
+    fn refuse_clone(&self, cx: &Cx) -> Option<Outcome> {
+        let app = cx.app.as_ref()?;
+        let own = app.spec.target_namespace_or(cx.namespace());
+        let clone = cx
+            .op
+            .spec
+            .restore
+            .as_ref()
+            .and_then(|r| r.target_namespace.as_deref())
+            .filter(|ns| *ns != own)?;
+        let from = cx.namespace();
+        if !cx.scope.allows_reference(clone) {
+            return Some(Outcome::failed(
+                operation_reasons::NAMESPACE_NOT_ALLOWED,
+                format!("restore.targetNamespace {clone} is not allowed ({})", cx.scope.policy()),
+            ));
+        }
+        if !self.namespace_pairs.allows(from, clone) {
+            return Some(Outcome::failed(
+                operation_reasons::NAMESPACE_NOT_ALLOWED,
+                format!(
+                    "restore.targetNamespace {clone} is outside this Operation's namespace {from}; a cluster \
+                     administrator can allow it with --allowed-namespace-pairs {from}={clone}"
+                ),
+            ));
+        }
+        None
+    }
+
     /// With `restoreVolumes`, one step of replacing the volumes the backup holds data for
     /// ([`volume_replace::replace_step`]): `None` when Velero may restore now, else the
     /// outcome to report (deletions under way, or a refusal).
@@ -247,6 +282,9 @@ impl Driver for RestoreDriver {
         if let Some(refusal) = require_velero(cx, VeleroKind::Restore).await? {
             return Ok(Some(refusal));
         }
+        if let Some(refusal) = self.refuse_clone(cx) {
+            return Ok(Some(refusal));
+        }
         self.source_backup(cx).await?;
         Ok(None)
     }
@@ -274,21 +312,25 @@ impl Driver for RestoreDriver {
                     "the ApplicationInstance was deleted before the restore started",
                 ));
             };
-            hold(cx, app, Some(id.name)).await?;
-            if !suspended_by(app, id.name) {
-                return Ok(Outcome::Running {
-                    message: "waiting for the app controller to suspend the HelmRelease".into(),
-                    children: Vec::new(),
-                });
-            }
-            let backup = self.source_backup(cx).await?;
             let Some(target) = velero_target(cx).await? else {
                 return Ok(Outcome::failed(
                     operation_reasons::APPLICATION_NOT_FOUND,
                     "the ApplicationInstance is gone",
                 ));
             };
-            if let Some(outcome) = self.replace_volumes(cx, &backup, &target).await? {
+            // A clone leaves the application as it is: nothing to hold, nothing to replace.
+            let cloning = velero::clone_namespace(&cx.op, &target).is_some();
+            if !cloning {
+                hold(cx, app, Some(id.name)).await?;
+                if !suspended_by(app, id.name) {
+                    return Ok(Outcome::Running {
+                        message: "waiting for the app controller to suspend the HelmRelease".into(),
+                        children: Vec::new(),
+                    });
+                }
+            }
+            let backup = self.source_backup(cx).await?;
+            if !cloning && let Some(outcome) = self.replace_volumes(cx, &backup, &target).await? {
                 return Ok(outcome);
             }
             let object = velero::restore_object(&cx.op, &backup, &target, &self.velero_namespace)?;

@@ -184,8 +184,27 @@ pub fn restore_object(
     let mut spec = scope_filter(target);
     spec.insert("backupName".into(), json!(backup_name));
     spec.insert("restorePVs".into(), json!(params.restore_volumes.unwrap_or(false)));
-    spec.insert("existingResourcePolicy".into(), json!("update"));
+    match clone_namespace(op, target) {
+        // A clone: everything goes to the other namespace, and what exists there is kept.
+        Some(clone) => {
+            spec.insert("namespaceMapping".into(), json!({ target.namespace.as_str(): clone }));
+        }
+        None => {
+            spec.insert("existingResourcePolicy".into(), json!("update"));
+        }
+    }
     Ok(velero_object(&id, VeleroKind::Restore, velero_namespace, spec))
+}
+
+/// The namespace a Restore clones the application into: `restore.targetNamespace` when it
+/// differs from the application's target namespace (the same namespace is an ordinary
+/// restore).
+pub fn clone_namespace<'a>(op: &'a Operation, target: &VeleroTarget) -> Option<&'a str> {
+    op.spec
+        .restore
+        .as_ref()
+        .and_then(|r| r.target_namespace.as_deref())
+        .filter(|ns| *ns != target.namespace)
 }
 
 /// The Velero Backup behind a Backup Operation named as a Restore's `source.operationName`:
@@ -548,6 +567,7 @@ mod tests {
                 velero_backup_name: None,
             },
             restore_volumes: volumes,
+            target_namespace: None,
         });
         o
     }
@@ -581,6 +601,36 @@ mod tests {
             restore_object(&restore_op(None), "", &target(BackupScope::Release), "velero"),
             Err(Error::BackupNotFound(_))
         ));
+    }
+
+    #[test]
+    fn a_clone_maps_the_namespace_and_keeps_what_exists_there() {
+        let mut op = restore_op(Some(true));
+        if let Some(r) = op.spec.restore.as_mut() {
+            r.target_namespace = Some("team-a-copy".into());
+        }
+        let target = target(BackupScope::Namespace);
+        assert_eq!(clone_namespace(&op, &target), Some("team-a-copy"));
+        let r = restore_object(&op, "b", &target, "velero").expect("builds");
+        assert_eq!(r["spec"]["namespaceMapping"], json!({"team-a": "team-a-copy"}));
+        assert_eq!(
+            r["spec"]["includedNamespaces"],
+            json!(["team-a"]),
+            "filtered by the source namespace"
+        );
+        assert!(
+            r["spec"].get("existingResourcePolicy").is_none(),
+            "a clone never overwrites"
+        );
+        assert_eq!(r["spec"]["restorePVs"], true);
+        // The application's own namespace is an ordinary restore.
+        if let Some(r) = op.spec.restore.as_mut() {
+            r.target_namespace = Some("team-a".into());
+        }
+        assert_eq!(clone_namespace(&op, &target), None);
+        let r = restore_object(&op, "b", &target, "velero").expect("builds");
+        assert!(r["spec"].get("namespaceMapping").is_none());
+        assert_eq!(r["spec"]["existingResourcePolicy"], "update");
     }
 
     fn velero_child(name: &str) -> ObjectReference {

@@ -26,7 +26,8 @@ pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 /// * 1.1: backup schedules, `spec.backupSchedule` in an application's spec and
 ///   `backup_schedule` in its report ([`crate::schedule`]).
 /// * 1.2: maintenance windows, `spec.maintenanceWindows` in an application's spec and
-///   `spec.urgent` in an Operation's ([`crate::maintenance`]).
+///   `spec.urgent` in an Operation's ([`crate::maintenance`]); `upgrade.backup` and
+///   `restore.targetNamespace` in an Operation's payload.
 pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 2 };
 
 /// `MAJOR.MINOR`.

@@ -1,6 +1,7 @@
 //! `restore-engine`: Restore Operations through Velero.
 
 use clap::Parser;
+use controller_kit::namespaces::NamespacePairs;
 use engines::{cli::EngineMain, restore::RestoreDriver};
 
 #[derive(Parser)]
@@ -15,6 +16,10 @@ struct Cli {
     /// Namespace Velero runs in (where its Backups and Restores are).
     #[arg(long, env = "VWS_VELERO_NAMESPACE", default_value = "velero")]
     velero_namespace: String,
+    /// Clones a Restore may make, as `FROM=TO` pairs (e.g. `team-a=team-a-staging`): a Restore
+    /// in `FROM` may restore into `TO` (`restore.targetNamespace`); any other is refused.
+    #[arg(long, env = "VWS_ALLOWED_NAMESPACE_PAIRS", default_value = "")]
+    allowed_namespace_pairs: NamespacePairs,
 }
 
 #[tokio::main]
@@ -23,6 +28,7 @@ async fn main() -> anyhow::Result<()> {
     EngineMain::new("restore-engine")
         .driver(RestoreDriver {
             velero_namespace: cli.velero_namespace,
+            namespace_pairs: cli.allowed_namespace_pairs,
         })
         .run(&cli.engine.common, "vworkspace-restore-engine")
         .await
