@@ -24,19 +24,7 @@ const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// `sha256sum` of the app's data files, read in its running container.
 async fn checksums(ctx: &TestContext, release: &str) -> anyhow::Result<String> {
-    let target = format!("deploy/{release}");
-    let mut args = vec![
-        "-n",
-        ctx.namespace.as_str(),
-        "exec",
-        &target,
-        "-c",
-        "app",
-        "--",
-        "sha256sum",
-    ];
-    args.extend(DATA_FILES);
-    kubectl(&args, None).await
+    checksums_in(&ctx.namespace, release).await
 }
 
 /// Waits until the release's Deployment has an available replica.
@@ -166,6 +154,29 @@ async fn volume_data_comes_back_byte_for_byte_through_file_system_backup_and_res
     Ok(())
 }
 
+/// Installs `files` (data-app 1.0.0 with 2 MiB on its claim, on the real node), backs it up
+/// with its volume data (Backup Operation `with-data`), and returns the data's checksums.
+async fn install_and_back_up(ctx: &TestContext) -> anyhow::Result<String> {
+    let mut values = placement();
+    values["dataSizeKiB"] = json!(2048);
+    apply_app(ctx, &app("files", "data-app", "1.0.0", values)).await?;
+    wait_deployed(ctx, "files", "InstallSucceeded", "1.0.0").await?;
+    wait_available(ctx, "files").await?;
+    let before = checksums(ctx, "files").await?;
+    create_operation(
+        ctx,
+        &operation(
+            "with-data",
+            "files",
+            "Backup",
+            json!({"includeVolumes": true, "volumeMethod": "FileSystem", "ttl": "1h"}),
+        ),
+    )
+    .await?;
+    wait_phase(ctx, "with-data", OperationPhase::Succeeded, "Completed").await?;
+    Ok(before)
+}
+
 /// Overwrites the app's data in place, as a bad migration or a user would.
 async fn overwrite_data(ctx: &TestContext, release: &str) -> anyhow::Result<()> {
     let target = format!("deploy/{release}");
@@ -196,24 +207,7 @@ async fn a_volume_restore_replaces_the_live_claim_with_the_backed_up_data() -> a
     let _backup = start_engine(&ctx, "backup-engine", &[]).await?;
     let _restore = start_engine(&ctx, "restore-engine", &[]).await?;
 
-    let mut values = placement();
-    values["dataSizeKiB"] = json!(2048);
-    apply_app(&ctx, &app("files", "data-app", "1.0.0", values)).await?;
-    wait_deployed(&ctx, "files", "InstallSucceeded", "1.0.0").await?;
-    wait_available(&ctx, "files").await?;
-    let before = checksums(&ctx, "files").await?;
-
-    create_operation(
-        &ctx,
-        &operation(
-            "with-data",
-            "files",
-            "Backup",
-            json!({"includeVolumes": true, "volumeMethod": "FileSystem", "ttl": "1h"}),
-        ),
-    )
-    .await?;
-    wait_phase(&ctx, "with-data", OperationPhase::Succeeded, "Completed").await?;
+    let before = install_and_back_up(&ctx).await?;
 
     // The live data changes; the workload and its claim stay where they are.
     overwrite_data(&ctx, "files").await?;
@@ -349,23 +343,7 @@ async fn a_clone_restores_the_application_and_its_data_into_an_allowed_namespace
         e2e::ops::start_engine_allowing(&ctx, "restore-engine", &allowed, &["--allowed-namespace-pairs", &pair])
             .await?;
 
-    let mut values = placement();
-    values["dataSizeKiB"] = json!(2048);
-    apply_app(&ctx, &app("files", "data-app", "1.0.0", values)).await?;
-    wait_deployed(&ctx, "files", "InstallSucceeded", "1.0.0").await?;
-    wait_available(&ctx, "files").await?;
-    let before = checksums(&ctx, "files").await?;
-    create_operation(
-        &ctx,
-        &operation(
-            "with-data",
-            "files",
-            "Backup",
-            json!({"includeVolumes": true, "volumeMethod": "FileSystem", "ttl": "1h"}),
-        ),
-    )
-    .await?;
-    wait_phase(&ctx, "with-data", OperationPhase::Succeeded, "Completed").await?;
+    let before = install_and_back_up(&ctx).await?;
 
     let mut refused = operation(
         "elsewhere",

@@ -136,15 +136,9 @@ async fn changes_wait_for_the_maintenance_window_unless_urgent() -> anyhow::Resu
         Some(("True".to_owned(), "InstallSucceeded".to_owned())),
         "Ready keeps describing the running release"
     );
-    let releases = e2e::dynamic_api(
-        &ctx.client,
-        &ctx.namespace,
-        "helm.toolkit.fluxcd.io",
-        "v2",
-        "HelmRelease",
-        "helmreleases",
-    );
-    let release = e2e::get_json(&releases, "wiki").await?.unwrap_or_default();
+    let release = e2e::get_json(&e2e::flux::helm_releases(&ctx), "wiki")
+        .await?
+        .unwrap_or_default();
     assert_eq!(release.pointer("/spec/chart/spec/version"), Some(&json!("0.1.0")));
     assert!(
         Timestamp::now() < opens,
