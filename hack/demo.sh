@@ -152,6 +152,36 @@ watch_all_running
 # object (Odoo's side) with the time since the step began, until the status matches
 # DONE_REGEX; sets FOLLOWED to the last line. Fails if a watched process exits or time runs out.
 FOLLOWED=""
+# describe_pods_and_node: why the app's pods are not Ready (phase, waiting or terminated
+# reasons, unschedulable messages, the last Warning events) and the real node's taints and
+# any pressure condition, so a timeout in a CI log says what held the pods back.
+describe_pods_and_node() {
+  kubectl_ get pods -n "$NS" -o json | python3 -c '
+import json, sys
+for pod in json.load(sys.stdin)["items"]:
+    st = pod.get("status", {})
+    why = [c.get("reason", "") + " " + c.get("message", "") for c in st.get("conditions", []) if c.get("status") != "True"]
+    for cs in st.get("containerStatuses", []) + st.get("initContainerStatuses", []):
+        for k, v in cs.get("state", {}).items():
+            if k != "running":
+                why.append("%s %s: %s %s" % (cs["name"], k, v.get("reason", ""), v.get("message", "")))
+    print("  pod %s on %s: %s; %s" % (pod["metadata"]["name"], pod["spec"].get("nodeName", "-"), st.get("phase"), "; ".join(dict.fromkeys(w.strip() for w in why if w.strip())) or "ready"))
+'
+  kubectl_ get events -n "$NS" --field-selector type=Warning -o json | python3 -c '
+import json, sys
+for e in json.load(sys.stdin)["items"][-8:]:
+    print("  event %s %s: %s" % (e.get("involvedObject", {}).get("name"), e.get("reason"), e.get("message", "").strip()))
+'
+  [[ ${VWS_REAL_NODE:-0} != 0 ]] || return 0
+  kubectl_ get node "$VWS_REAL_NODE" -o json | python3 -c '
+import json, sys
+node = json.load(sys.stdin)
+print("  node %s taints: %s" % (node["metadata"]["name"], ", ".join("%s:%s" % (t["key"], t["effect"]) for t in node["spec"].get("taints", [])) or "none"))
+for c in node["status"].get("conditions", []):
+    if (c["type"] == "Ready") != (c["status"] == "True"):
+        print("  node condition %s=%s %s: %s" % (c["type"], c["status"], c.get("reason", ""), c.get("message", "")))
+'
+}
 follow() {
   local kind=$1 name=$2 done_re=$3 secs=$4 t0=$SECONDS last="" line
   while :; do
@@ -166,6 +196,8 @@ follow() {
       # The agent's last error as the simulator recorded it (e.g. a refused key) says why.
       local agent_error
       agent_error=$(sim show "$CLUSTER_NAME" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin).get("last_agent_error") or "none")' || true)
+      log "the namespace's pods and the real node, as the API server sees them:"
+      describe_pods_and_node >&2 || true
       die "$kind $NS/$name: no '$done_re' after ${secs}s (last: ${line:-nothing}; the agent's last error: ${agent_error:-unknown}); logs in $CLUSTER_DIR/logs/"
     fi
     sleep 0.5

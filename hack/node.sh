@@ -174,8 +174,12 @@ failSwapOn: false
 podLogsDir: $ND/pod-logs
 registerWithTaints:
 - {key: $NODE_TAINT_KEY, value: "true", effect: NoSchedule}
-# The disk is shared with the build caches: do not let image GC or eviction act on it.
-evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+# The disk and the memory are shared with the builds (a cold target/ grows by gigabytes
+# while the node runs): the kubelet must not count them against the node's pods. Every
+# eviction signal is off ("0%" disables one: pkg/kubelet/eviction/helpers.go), so no
+# DiskPressure or MemoryPressure condition taints the node, rejects new pods or deletes
+# images; image GC is off too.
+evictionHard: {memory.available: "0%", nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%", imagefs.inodesFree: "0%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
