@@ -17,6 +17,28 @@ pub async fn start_engine(ctx: &TestContext, binary: &str, extra: &[&str]) -> an
     start_engine_allowing(ctx, binary, &ctx.namespace, extra).await
 }
 
+/// Starts the engine `binary` watching the test namespace with exactly the rights of its
+/// ServiceAccount `vworkspace-system/<binary>` in the bundle (RBAC and admission policies
+/// applied by [`crate::deploy::ensure_bundle_rbac`]; the client impersonates it).
+pub async fn start_engine_as_service_account(
+    ctx: &TestContext,
+    binary: &str,
+    extra: &[&str],
+) -> anyhow::Result<ControllerProcess> {
+    crate::deploy::ensure_bundle_rbac().await?;
+    let kubeconfig =
+        crate::deploy::impersonating_kubeconfig("vworkspace-system", binary, &format!("{binary}-{}", ctx.namespace))?;
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    start_engine_with_env(
+        ctx,
+        binary,
+        &ctx.namespace,
+        extra,
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    )
+    .await
+}
+
 /// Starts the engine `binary` watching the test namespace, with `--allowed-namespaces
 /// allowed` (comma-separated; for Operations that name other namespaces), with debug logging.
 pub async fn start_engine_allowing(
@@ -24,6 +46,17 @@ pub async fn start_engine_allowing(
     binary: &str,
     allowed: &str,
     extra: &[&str],
+) -> anyhow::Result<ControllerProcess> {
+    start_engine_with_env(ctx, binary, allowed, extra, &[]).await
+}
+
+/// [`start_engine_allowing`] with more environment variables (`env` wins over the defaults).
+async fn start_engine_with_env(
+    ctx: &TestContext,
+    binary: &str,
+    allowed: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
 ) -> anyhow::Result<ControllerProcess> {
     let mut args = vec![
         "--watch-namespace",
@@ -40,10 +73,14 @@ pub async fn start_engine_allowing(
         binary,
         &format!("{binary}-{}", ctx.namespace),
         &args,
-        &[(
-            "RUST_LOG",
-            "debug,hyper=info,tower=info,h2=info,rustls=info,kube_client=info",
-        )],
+        &[
+            &[(
+                "RUST_LOG",
+                "debug,hyper=info,tower=info,h2=info,rustls=info,kube_client=info",
+            )],
+            env,
+        ]
+        .concat(),
     )
     .await
 }

@@ -401,3 +401,138 @@ async fn a_clone_restores_the_application_and_its_data_into_an_allowed_namespace
     );
     Ok(())
 }
+
+/// The verification Job the `files` app declares: it checks the copy's data files, mounted
+/// read-only from the restored claim, against `sums` (`sha256sum` output).
+fn verification_job(sums: &str) -> anyhow::Result<Value> {
+    let mut pod = placement();
+    pod["containers"] = json!([{
+        "name": "check",
+        "image": e2e::real_node::image("registry.invalid/vworkspace/data")?,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", "echo \"copy of $VWS_SOURCE_NAMESPACE in $VWS_VERIFY_NAMESPACE\"; printf '%s\\n' \"$SUMS\" | sha256sum -c -"],
+        "env": [{"name": "SUMS", "value": sums.trim_end()}],
+        "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true}],
+    }]);
+    pod["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "files-data", "readOnly": true}}]);
+    Ok(json!({"backoffLimit": 0, "template": {"spec": pod}}))
+}
+
+/// Declares `files`' restore verification (the same values as [`install_and_back_up`], so
+/// the release does not change).
+/// The UID of `release`'s Deployment.
+async fn deployment_uid(ctx: &TestContext, release: &str) -> anyhow::Result<String> {
+    let target = format!("deploy/{release}");
+    let namespace = ctx.namespace.as_str();
+    kubectl(
+        &["-n", namespace, "get", &target, "-o", "jsonpath={.metadata.uid}"],
+        None,
+    )
+    .await
+}
+
+/// A verified restore's evidence (`status.verification`), after checking that its scratch
+/// namespace is gone.
+async fn evidence_of(op: &api::Operation) -> anyhow::Result<api::RestoreVerificationStatus> {
+    let evidence = op
+        .status
+        .as_ref()
+        .and_then(|s| s.verification.clone())
+        .ok_or_else(|| anyhow::anyhow!("no status.verification: {:?}", op.status))?;
+    let namespace = format!("namespace/{}", evidence.scratch_namespace);
+    let left = kubectl(&["get", &namespace, "--ignore-not-found", "-o", "name"], None).await?;
+    anyhow::ensure!(left.trim().is_empty(), "the scratch namespace is left: {left}");
+    Ok(evidence)
+}
+
+async fn declare_verification(ctx: &TestContext, sums: &str) -> anyhow::Result<()> {
+    let mut values = placement();
+    values["dataSizeKiB"] = json!(2048);
+    let mut files = app("files", "data-app", "1.0.0", values);
+    files.spec.restore_verification = Some(api::RestoreVerification {
+        timeout_seconds: Some(300),
+        job: Some(verification_job(sums)?),
+    });
+    apply_app(ctx, &files).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_verified_restore_checks_a_copy_in_a_scratch_namespace_and_removes_it() -> anyhow::Result<()> {
+    require_real_node()?;
+    let ctx = TestContext::new("data-verify").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    let _backup = start_engine(&ctx, "backup-engine", &[]).await?;
+    // With the bundle's RBAC and admission policy only: the scratch namespace is the one
+    // namespace it may create and delete.
+    let _restore = e2e::ops::start_engine_as_service_account(&ctx, "restore-engine", &[]).await?;
+
+    let before = install_and_back_up(&ctx).await?;
+    let uid_before = deployment_uid(&ctx, "files").await?;
+    declare_verification(&ctx, &before).await?;
+
+    let verify = json!({"source": {"operationName": "with-data"}, "verify": true});
+    create_operation(&ctx, &operation("verify-good", "files", "Restore", verify.clone())).await?;
+    let good = wait_phase(&ctx, "verify-good", OperationPhase::Succeeded, "Completed").await?;
+    let evidence = evidence_of(&good).await?;
+    assert!(evidence.passed, "{evidence:?}");
+    assert!(evidence.scratch_namespace_removed, "{evidence:?}");
+    assert!(evidence.scratch_namespace.starts_with("vws-verify-"), "{evidence:?}");
+    assert_eq!(evidence.workloads_ready, ["Deployment/files"], "{evidence:?}");
+    assert_eq!(evidence.volumes_restored, Some(1), "{evidence:?}");
+    assert!(evidence.items_restored.unwrap_or(0) > 0, "{evidence:?}");
+    assert!(evidence.job.is_some(), "{evidence:?}");
+    assert!(evidence.message.contains("completed"), "{evidence:?}");
+
+    // The application was not touched: the same Deployment, the same bytes.
+    let uid_after = deployment_uid(&ctx, "files").await?;
+    assert_eq!(uid_after, uid_before, "the original Deployment is the same object");
+    assert_eq!(checksums(&ctx, "files").await?, before, "the original keeps its data");
+
+    // A check that finds other bytes fails the verification, and still cleans up.
+    let wrong = before.replacen(|c: char| c.is_ascii_hexdigit(), "0", 8);
+    declare_verification(&ctx, &wrong).await?;
+    create_operation(&ctx, &operation("verify-bad", "files", "Restore", verify.clone())).await?;
+    let bad = wait_phase(&ctx, "verify-bad", OperationPhase::Failed, "VerificationFailed").await?;
+    let evidence = evidence_of(&bad).await?;
+    assert!(!evidence.passed && evidence.scratch_namespace_removed, "{evidence:?}");
+    assert!(evidence.message.contains("failed"), "{evidence:?}");
+
+    // A verified restore deleted mid-way leaves no copy behind: the engine's sweep removes
+    // the scratch namespace of an Operation that no longer exists.
+    create_operation(&ctx, &operation("verify-dropped", "files", "Restore", verify)).await?;
+    let label = format!("vworkspace.io/operation-namespace={}", ctx.namespace);
+    let scratch = eventually(&ctx, "the scratch namespace exists", ROLLOUT_TIMEOUT, || async {
+        let names = kubectl(&["get", "namespace", "-l", &label, "-o", "name"], None).await?;
+        let name = names.lines().find(|n| n.contains("vws-verify-")).map(str::to_owned);
+        Ok(name.ok_or_else(|| "not yet".to_owned()))
+    })
+    .await?;
+    kubectl(
+        &[
+            "-n",
+            ctx.namespace.as_str(),
+            "delete",
+            "operation",
+            "verify-dropped",
+            "--wait=true",
+        ],
+        None,
+    )
+    .await?;
+    eventually(
+        &ctx,
+        "the orphaned scratch namespace removed",
+        ROLLOUT_TIMEOUT,
+        || async {
+            let left = kubectl(&["get", &scratch, "--ignore-not-found", "-o", "name"], None).await?;
+            Ok(if left.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{scratch} still exists"))
+            })
+        },
+    )
+    .await?;
+    Ok(())
+}

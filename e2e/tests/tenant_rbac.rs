@@ -106,3 +106,75 @@ async fn the_upgrade_engine_token_writes_revision_histories_only() -> anyhow::Re
     assert_eq!(history.metadata.name.as_deref(), Some("wiki-revisions"));
     Ok(())
 }
+
+#[tokio::test]
+async fn the_restore_engine_token_creates_and_deletes_scratch_namespaces_only() -> anyhow::Result<()> {
+    use k8s_openapi::api::{batch::v1::Job, core::v1::Namespace};
+    let ctx = TestContext::new("rbac-restore-ns").await?;
+    ensure_bundle_rbac().await?;
+    let stolen = client_from(&impersonating_kubeconfig(
+        "vworkspace-system",
+        "restore-engine",
+        "restore-engine-stolen",
+    )?)
+    .await?;
+    let post = PostParams::default();
+    let namespaces: Api<Namespace> = Api::all(stolen.clone());
+    let admin_namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let namespace = |name: &str, scratch: bool| -> anyhow::Result<Namespace> {
+        let labels = if scratch {
+            json!({"vworkspace.io/scratch": "restore-verification"})
+        } else {
+            json!({})
+        };
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": labels}}),
+        )?)
+    };
+
+    // Any other namespace: RBAC would allow it; the policy does not.
+    let planted = eventually(
+        &ctx,
+        "the restore-engine policy is enforced",
+        Duration::from_secs(30),
+        || async {
+            let planted = namespaces.create(&post, &namespace("vws-planted-ns", false)?).await;
+            if planted.is_ok() {
+                admin_namespaces.delete("vws-planted-ns", &Default::default()).await?;
+                return Ok(Err("created: the policy is not enforced yet".to_owned()));
+            }
+            Ok(Ok(planted))
+        },
+    )
+    .await?;
+    assert!(is_forbidden(&planted), "{planted:?}");
+    let named_like_scratch = namespaces.create(&post, &namespace("vws-verify-planted", false)?).await;
+    assert!(is_forbidden(&named_like_scratch), "unlabelled: {named_like_scratch:?}");
+    let labelled_elsewhere = namespaces.create(&post, &namespace("team-z-planted", true)?).await;
+    assert!(is_forbidden(&labelled_elsewhere), "misnamed: {labelled_elsewhere:?}");
+
+    // A tenant's namespace can be neither deleted nor given a Job.
+    let deleted = namespaces.delete(&ctx.namespace, &Default::default()).await;
+    assert!(
+        matches!(&deleted, Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("only scratch namespaces")),
+        "{deleted:?}"
+    );
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "planted"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}},
+    }))?;
+    let planted_job = Api::<Job>::namespaced(stolen.clone(), &ctx.namespace)
+        .create(&post, &job)
+        .await;
+    assert!(
+        matches!(&planted_job, Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("only in scratch namespaces")),
+        "{planted_job:?}"
+    );
+
+    // What the engine really does still passes: a scratch namespace, created and deleted.
+    let scratch = format!("vws-verify-{}", ctx.namespace);
+    let created = namespaces.create(&post, &namespace(&scratch, true)?).await?;
+    assert_eq!(created.metadata.name.as_deref(), Some(scratch.as_str()));
+    namespaces.delete(&scratch, &Default::default()).await?;
+    Ok(())
+}

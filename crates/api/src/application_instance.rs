@@ -120,6 +120,43 @@ pub struct ApplicationInstanceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub maintenance_windows: Vec<crate::maintenance::MaintenanceWindow>,
+
+    /// How a verified restore (an Operation with `restore.verify`) checks a copy of this
+    /// application restored into a scratch namespace. Without it, the check is that every
+    /// restored Deployment and StatefulSet becomes ready. Protocol 1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_verification: Option<RestoreVerification>,
+}
+
+/// The checks of a verified restore, run in the scratch namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreVerification {
+    /// How long, after Velero finished, the restored workloads may take to become ready and
+    /// the Job to finish. Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 86400))]
+    pub timeout_seconds: Option<i64>,
+    /// A `batch/v1` JobSpec run in the scratch namespace once the restored workloads are ready,
+    /// e.g. checking the restored data or calling the copy's Service. It succeeds or fails the
+    /// verification. Its pod must pass Pod Security `restricted` (absent fields get compliant
+    /// defaults) and runs as the rightless ServiceAccount `vworkspace-runbook` without an API
+    /// token; it may mount the restored claims by name. Every container gets
+    /// `VWS_VERIFY_NAMESPACE` (the scratch namespace), `VWS_SOURCE_NAMESPACE` and
+    /// `VWS_BACKUP_NAME`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::free_form_object")]
+    pub job: Option<serde_json::Value>,
+}
+
+impl RestoreVerification {
+    /// The timeout when none is given.
+    pub const DEFAULT_TIMEOUT_SECONDS: i64 = 600;
+
+    /// `timeoutSeconds`, or the default.
+    pub fn timeout_seconds(&self) -> i64 {
+        self.timeout_seconds.unwrap_or(Self::DEFAULT_TIMEOUT_SECONDS)
+    }
 }
 
 /// The chart and its source: exactly one of `repository` or `sourceRef`.

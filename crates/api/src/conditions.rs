@@ -158,6 +158,13 @@ pub mod operation_reasons {
     /// Failed: a Rollback names a revision (or chart version) that the application's revision
     /// history does not hold.
     pub const REVISION_NOT_FOUND: &str = "RevisionNotFound";
+    /// Failed: a verified restore's copy did not pass its checks (a workload not ready in time,
+    /// the verification Job failed, or Velero could not restore it whole); the evidence is in
+    /// `status.verification` and the scratch namespace was removed.
+    pub const VERIFICATION_FAILED: &str = "VerificationFailed";
+    /// Failed: the restore engine may not create the scratch namespace of a verified restore
+    /// (an installation without the rights of `deploy/components/restore-engine`).
+    pub const SCRATCH_NAMESPACE_FORBIDDEN: &str = "ScratchNamespaceForbidden";
 }
 
 /// Replaces the condition of the same type in `list`, or appends `condition` when there is

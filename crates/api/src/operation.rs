@@ -187,6 +187,8 @@ pub enum VolumeBackupMethod {
 /// Restore settings.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.verify) || !self.verify || !has(self.targetNamespace)")
+    .message("restore.verify restores into a scratch namespace of its own and cannot be combined with targetNamespace"))]
 pub struct RestoreParams {
     /// The backup to restore from.
     pub source: RestoreSource,
@@ -202,6 +204,20 @@ pub struct RestoreParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub target_namespace: Option<String>,
+    /// A verified restore: restore the backup, with its volume data, into a scratch namespace
+    /// the restore engine creates, check that the copy works (its workloads become ready and
+    /// the application's `spec.restoreVerification.job` succeeds), record the evidence in
+    /// `status.verification`, and remove the scratch namespace. The application itself is not
+    /// touched, so it does not wait for maintenance windows. Protocol 1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<bool>,
+}
+
+impl RestoreParams {
+    /// Whether this is a verified restore into a scratch namespace (`verify: true`).
+    pub fn verifies(&self) -> bool {
+        self.verify == Some(true)
+    }
 }
 
 /// Where a restore takes its backup from: exactly one field.
@@ -389,4 +405,41 @@ pub struct OperationStatus {
     /// Errors reported by the underlying engine (e.g. Velero).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors: Option<i64>,
+    /// The evidence of a verified restore (`restore.verify`), once it has a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<RestoreVerificationStatus>,
+}
+
+/// The evidence of a verified restore: what was restored where, what was checked, the
+/// verdict, and the removal of the scratch namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreVerificationStatus {
+    /// The Velero Backup that was restored.
+    #[schemars(length(max = 253))]
+    pub backup: String,
+    /// The scratch namespace the copy was restored into.
+    #[schemars(length(max = 63))]
+    pub scratch_namespace: String,
+    /// Items Velero restored into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_restored: Option<i64>,
+    /// Volumes whose data Velero restored (completed PodVolumeRestores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes_restored: Option<i64>,
+    /// The restored workloads that became ready, as `Kind/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub workloads_ready: Vec<String>,
+    /// The verification Job that ran, when the application declares one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// Whether every check passed.
+    pub passed: bool,
+    /// What was checked and found, for people.
+    #[schemars(length(max = 4096))]
+    pub message: String,
+    /// Whether the scratch namespace has been removed.
+    #[serde(default)]
+    pub scratch_namespace_removed: bool,
 }

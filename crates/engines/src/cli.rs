@@ -46,6 +46,16 @@ impl EngineMain {
         self
     }
 
+    /// Adds the sweeper of orphaned scratch namespaces of verified restores
+    /// ([`crate::verify::sweep_orphans`]).
+    pub fn scratch_sweeper(mut self) -> Self {
+        self.controllers
+            .push(Box::new(move |client, settings, synced, shutdown| {
+                Box::pin(crate::verify::sweep_orphans(client, settings, synced, shutdown))
+            }));
+        self
+    }
+
     /// Adds the controller of ApplicationInstances' backup schedules ([`crate::schedule`]),
     /// which creates Backup Operations in Velero's namespace `velero_namespace`.
     pub fn backup_schedules(mut self, velero_namespace: String) -> Self {

@@ -20,5 +20,6 @@ pub mod runtime;
 pub mod schedule;
 pub mod snapshot;
 pub mod upgrade;
+pub mod verify;
 
 pub use runtime::{Cx, Driver, DriverError, Watch};

@@ -4,7 +4,9 @@
 //! ApplicationInstance, honoured by the app controller while this Operation has not
 //! ended), so Flux does not fight the restored objects. With `restoreVolumes`, the volumes
 //! the backup holds data for are replaced first ([`operations::volume_replace`]): Velero
-//! restores volume data only into claims and pods it creates itself.
+//! restores volume data only into claims and pods it creates itself. A verified restore
+//! (`restore.verify`) goes to a scratch namespace instead and leaves the application alone
+//! ([`crate::verify`]).
 
 use std::time::Duration;
 
@@ -41,7 +43,7 @@ pub struct RestoreDriver {
 
 impl RestoreDriver {
     /// The Velero Backup to restore from, or why there is none (`BackupNotFound`).
-    async fn source_backup(&self, cx: &Cx) -> Result<String, DriverError> {
+    pub(crate) async fn source_backup(&self, cx: &Cx) -> Result<String, DriverError> {
         let Some(params) = cx.op.spec.restore.as_ref() else {
             return Err(operations::Error::InvalidSpec("spec.restore is missing".into()).into());
         };
@@ -148,6 +150,11 @@ async fn hold(cx: &Cx, app: &ApplicationInstance, holder: Option<&str>) -> Resul
     Ok(())
 }
 
+/// Whether the Operation is a verified restore into a scratch namespace (`restore.verify`).
+fn verifies(cx: &Cx) -> bool {
+    cx.op.spec.restore.as_ref().is_some_and(api::RestoreParams::verifies)
+}
+
 /// Whether the app controller reports the release suspended by `operation`.
 fn suspended_by(app: &ApplicationInstance, operation: &str) -> bool {
     app.status.as_ref().is_some_and(|status| {
@@ -160,6 +167,26 @@ fn suspended_by(app: &ApplicationInstance, operation: &str) -> bool {
 }
 
 impl RestoreDriver {
+    /// This Operation's Velero Restore `name`, if it exists (`Ok(None)`), or the outcome when
+    /// the name is held by a Restore this Operation did not create.
+    pub(crate) async fn own_restore(
+        &self,
+        cx: &Cx,
+        id: &OpId<'_>,
+        name: &str,
+    ) -> Result<Result<Option<Value>, Outcome>, DriverError> {
+        Ok(
+            match children::get(&cx.client, &velero_restores(), &self.velero_namespace, name).await? {
+                Some(existing) if meta::is_child_of(&existing, id) => Ok(Some(existing)),
+                Some(_) => Err(children::foreign(format!(
+                    "Velero Restore {}/{name} already exists and was not created by this Operation",
+                    self.velero_namespace
+                ))),
+                None => Ok(None),
+            },
+        )
+    }
+
     /// A clone into another namespace must be allowed twice: by the engine's namespaces (the
     /// policy, never a system namespace) and by a cluster administrator's pair
     /// `<Operation namespace>=<targetNamespace>`. A tenant's intent never reaches another
@@ -285,23 +312,24 @@ impl Driver for RestoreDriver {
         if let Some(refusal) = self.refuse_clone(cx) {
             return Ok(Some(refusal));
         }
+        if verifies(cx)
+            && let Some(refusal) = Self::refuse_verification_job(cx)
+        {
+            return Ok(Some(refusal));
+        }
         self.source_backup(cx).await?;
         Ok(None)
     }
 
     async fn drive(&self, cx: &Cx) -> Result<Outcome, DriverError> {
+        if verifies(cx) {
+            return self.drive_verification(cx).await;
+        }
         let id = OpId::of(&cx.op)?;
         let name = velero::object_name(&id);
-        let existing = children::get(&cx.client, &velero_restores(), &self.velero_namespace, &name).await?;
-        let restore = match existing {
-            Some(existing) if meta::is_child_of(&existing, &id) => Some(existing),
-            Some(_) => {
-                return Ok(children::foreign(format!(
-                    "Velero Restore {}/{name} already exists and was not created by this Operation",
-                    self.velero_namespace
-                )));
-            }
-            None => None,
+        let restore = match self.own_restore(cx, &id, &name).await? {
+            Ok(restore) => restore,
+            Err(foreign) => return Ok(foreign),
         };
 
         let Some(restore) = restore else {

@@ -26,7 +26,7 @@ use crate::runtime::{Cx, Driver, DriverError, Watch};
 #[derive(Debug, Default, Clone)]
 pub struct RunbookDriver;
 
-fn jobs() -> kube::api::ApiResource {
+pub(crate) fn jobs() -> kube::api::ApiResource {
     children::resource(job::API_VERSION, job::KIND, "jobs")
 }
 
@@ -34,14 +34,13 @@ fn service_accounts() -> kube::api::ApiResource {
     children::resource("v1", "ServiceAccount", "serviceaccounts")
 }
 
-/// Ensures the runbook ServiceAccount ([`job::SERVICE_ACCOUNT`]) of the Operation's
-/// namespace exists with `automountServiceAccountToken: false`: read it, and apply it
+/// Ensures the runbook ServiceAccount ([`job::SERVICE_ACCOUNT`]) of `namespace` (the
+/// Operation's, or a verified restore's scratch namespace) exists with `automountServiceAccountToken: false`: read it, and apply it
 /// (server-side, forced: the name is reserved for runbooks, and only the fields of
 /// [`job::service_account_object`] are taken over) only when it is missing or says
 /// otherwise, so an engine at rest writes nothing. Fields others set (e.g.
 /// `imagePullSecrets`) are kept.
-async fn ensure_service_account(cx: &Cx) -> Result<(), DriverError> {
-    let namespace = cx.namespace();
+pub(crate) async fn ensure_service_account(cx: &Cx, namespace: &str) -> Result<(), DriverError> {
     let existing = children::get(&cx.client, &service_accounts(), namespace, job::SERVICE_ACCOUNT).await?;
     if !job::service_account_needs_apply(existing.as_ref()) {
         return Ok(());
@@ -107,10 +106,11 @@ impl Driver for RunbookDriver {
             Ok(object) => object,
             Err(refusal) => return Ok(refusal),
         };
-        let job = match children::ensure_with(cx, &jobs(), &object, || ensure_service_account(cx)).await? {
-            Child::Ours(job) => job,
-            Child::Foreign(message) => return Ok(children::foreign(message)),
-        };
+        let job =
+            match children::ensure_with(cx, &jobs(), &object, || ensure_service_account(cx, cx.namespace())).await? {
+                Child::Ours(job) => job,
+                Child::Foreign(message) => return Ok(children::foreign(message)),
+            };
         let reference = meta::reference_of(&job).into_iter().collect();
         Ok(job::map_job(&job).into_outcome(reference))
     }

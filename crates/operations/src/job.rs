@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 use crate::meta::{self, OpId};
 use crate::progress::Progress;
-use crate::status::Counts;
+use crate::status::Report;
 use crate::status::is_valid_reason;
 use crate::{Error, names, pod_security};
 
@@ -54,25 +54,45 @@ pub fn job_object(op: &Operation, job_spec: &Value, parameters: &BTreeMap<String
             "runbook.parameters: {bad:?} is not a valid environment variable name (expected [A-Za-z_][A-Za-z0-9_]*)"
         )));
     }
+    let spec = restricted_job_spec(&id, "runbook.job", job_spec, parameters)?;
+    Ok(json!({
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": meta::child_metadata(&id, &job_name(&id), id.namespace),
+        "spec": spec,
+    }))
+}
+
+/// `job_spec` (the JobSpec at `field` of an Operation or application) made ready to run:
+/// `op`'s labels on the pod template, `restartPolicy` defaulted to `Never`, `parameters`
+/// as environment variables of every container, and the pod held to Pod Security
+/// `restricted` ([`pod_security`]). `ttlSecondsAfterFinished` is refused (see the module
+/// docs). Errors are [`Error::InvalidSpec`] naming the field.
+pub(crate) fn restricted_job_spec(
+    id: &OpId<'_>,
+    field: &str,
+    job_spec: &Value,
+    parameters: &BTreeMap<String, String>,
+) -> Result<Map<String, Value>, Error> {
     let Some(spec) = job_spec.as_object() else {
-        return Err(invalid("runbook.job: must be an object (a batch/v1 JobSpec)"));
+        return Err(invalid(format!("{field}: must be an object (a batch/v1 JobSpec)")));
     };
     let mut spec = spec.clone();
     if spec.contains_key("ttlSecondsAfterFinished") {
-        return Err(invalid(
-            "runbook.job.ttlSecondsAfterFinished: not allowed; the Job records the run's outcome and is removed with its Operation",
-        ));
+        return Err(invalid(format!(
+            "{field}.ttlSecondsAfterFinished: not allowed; the Job records the run's outcome and is removed with its Operation"
+        )));
     }
 
-    let labels = meta::labels(&id);
-    let template = object_field(&mut spec, "template", "runbook.job.template")?;
-    let template_meta = object_field(template, "metadata", "runbook.job.template.metadata")?;
-    let template_labels = object_field(template_meta, "labels", "runbook.job.template.metadata.labels")?;
+    let labels = meta::labels(id);
+    let template = object_field(&mut spec, "template", &format!("{field}.template"))?;
+    let template_meta = object_field(template, "metadata", &format!("{field}.template.metadata"))?;
+    let template_labels = object_field(template_meta, "labels", &format!("{field}.template.metadata.labels"))?;
     for (key, value) in &labels {
         template_labels.insert(key.clone(), json!(value));
     }
 
-    let pod = object_field(template, "spec", "runbook.job.template.spec")?;
+    let pod = object_field(template, "spec", &format!("{field}.template.spec"))?;
     match pod.get("restartPolicy") {
         None => {
             pod.insert("restartPolicy".into(), json!("Never"));
@@ -80,7 +100,7 @@ pub fn job_object(op: &Operation, job_spec: &Value, parameters: &BTreeMap<String
         Some(Value::String(policy)) if policy == "Never" || policy == "OnFailure" => {}
         Some(other) => {
             return Err(invalid(format!(
-                "runbook.job.template.spec.restartPolicy: {other} is not supported for a Job (Never or OnFailure)"
+                "{field}.template.spec.restartPolicy: {other} is not supported for a Job (Never or OnFailure)"
             )));
         }
     }
@@ -89,33 +109,29 @@ pub fn job_object(op: &Operation, job_spec: &Value, parameters: &BTreeMap<String
         .and_then(Value::as_array)
         .is_some_and(|c| !c.is_empty());
     if !has_containers {
-        return Err(invalid("runbook.job: spec.template.spec.containers: Required value"));
+        return Err(invalid(format!(
+            "{field}: spec.template.spec.containers: Required value"
+        )));
     }
     for list in ["initContainers", "containers"] {
         let Some(containers) = pod.get_mut(list) else {
             continue;
         };
         let Some(containers) = containers.as_array_mut() else {
-            return Err(invalid(format!("runbook.job.template.spec.{list}: must be a list")));
+            return Err(invalid(format!("{field}.template.spec.{list}: must be a list")));
         };
         for (index, container) in containers.iter_mut().enumerate() {
             let Some(container) = container.as_object_mut() else {
                 return Err(invalid(format!(
-                    "runbook.job.template.spec.{list}[{index}]: must be an object"
+                    "{field}.template.spec.{list}[{index}]: must be an object"
                 )));
             };
             inject_env(container, parameters)
-                .map_err(|e| invalid(format!("runbook.job.template.spec.{list}[{index}].{e}")))?;
+                .map_err(|e| invalid(format!("{field}.template.spec.{list}[{index}].{e}")))?;
         }
     }
-    pod_security::restrict(template, "runbook.job.template")?;
-
-    Ok(json!({
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": meta::child_metadata(&id, &job_name(&id), id.namespace),
-        "spec": spec,
-    }))
+    pod_security::restrict(template, &format!("{field}.template"))?;
+    Ok(spec)
 }
 
 /// The ServiceAccount runbook pods run as ([`SERVICE_ACCOUNT`]), in `namespace`: no API
@@ -168,7 +184,7 @@ pub fn map_job(job: &Value) -> Progress {
     if condition("Complete").is_some() {
         return Progress::Succeeded {
             message: format!("Job {name} completed ({} succeeded pods)", count("succeeded")),
-            counts: Counts::default(),
+            report: Report::default(),
         };
     }
     if let Some(failed) = condition("Failed") {
@@ -183,7 +199,7 @@ pub fn map_job(job: &Value) -> Progress {
         return Progress::Failed {
             message: format!("Job {name} failed: {detail}"),
             reason,
-            counts: Counts::default(),
+            report: Report::default(),
         };
     }
     let pods = format!(
@@ -593,7 +609,7 @@ mod tests {
                 json!({"succeeded": 1, "conditions": [cond("SuccessCriteriaMet", "True", "CompletionsReached", ""), cond("Complete", "True", "CompletionsReached", "")]}),
                 Progress::Succeeded {
                     message: "Job team-a/vacuum completed (1 succeeded pods)".into(),
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
             ),
             (
@@ -601,7 +617,7 @@ mod tests {
                 Progress::Failed {
                     reason: "BackoffLimitExceeded".into(),
                     message: "Job team-a/vacuum failed: Job has reached the specified backoff limit".into(),
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
             ),
             (
@@ -609,7 +625,7 @@ mod tests {
                 Progress::Failed {
                     reason: "DeadlineExceeded".into(),
                     message: "Job team-a/vacuum failed: Job was active longer than specified deadline".into(),
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
             ),
             (
@@ -617,7 +633,7 @@ mod tests {
                 Progress::Failed {
                     reason: "Failed".into(),
                     message: "Job team-a/vacuum failed: Failed".into(),
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
             ),
             (
@@ -625,7 +641,7 @@ mod tests {
                 Progress::Failed {
                     reason: "Failed".into(),
                     message: "Job team-a/vacuum failed: boom".into(),
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
             ),
             (

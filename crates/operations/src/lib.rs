@@ -57,12 +57,13 @@ pub mod schedule;
 pub mod snapshot;
 pub mod status;
 pub mod velero;
+pub mod verify;
 pub mod volume_replace;
 
 pub use error::Error;
 pub use lifecycle::{Gate, Sibling, Siblings};
 pub use progress::Progress;
-pub use status::{Counts, Outcome, needs_write, next_status};
+pub use status::{Outcome, Report, needs_write, next_status};
 
 /// Reasons of the engines that are specific to this crate's mappings. They are
 /// defined in `api::conditions::operation_reasons` (and `docs/api/conditions.md`);

@@ -238,6 +238,9 @@ pub struct Sibling {
     pub deadline: Option<Timestamp>,
     /// `spec.urgent`.
     pub urgent: bool,
+    /// A verified restore (`restore.verify`): it restores into a scratch namespace and leaves
+    /// the application as it is, so it does not wait for maintenance windows.
+    pub verifies_only: bool,
 }
 
 impl Sibling {
@@ -258,12 +261,14 @@ impl Sibling {
             not_before: op.spec.not_before.as_ref().map(|t| t.0),
             deadline: op.spec.deadline.as_ref().map(|t| t.0),
             urgent: op.spec.urgent,
+            verifies_only: op.spec.type_ == OperationType::Restore
+                && op.spec.restore.as_ref().is_some_and(api::RestoreParams::verifies),
         }
     }
 
     /// Whether it waits for the application's maintenance windows ([`waits_for_window`]).
     pub fn waits_for_window(&self) -> bool {
-        waits_for_window(self.type_, self.urgent, self.parent.is_some())
+        !self.verifies_only && waits_for_window(self.type_, self.urgent, self.parent.is_some())
     }
 
     /// Terminal phases never change again.
@@ -528,6 +533,12 @@ mod tests {
         op.spec.not_before = s.not_before.map(Time);
         op.spec.deadline = s.deadline.map(Time);
         op.spec.urgent = s.urgent;
+        if s.verifies_only {
+            op.spec.restore = Some(api::RestoreParams {
+                verify: Some(true),
+                ..api::RestoreParams::default()
+            });
+        }
         if let Some(parent) = &s.parent {
             op.metadata.owner_references = Some(vec![OwnerReference {
                 api_version: "vworkspace.io/v1alpha1".into(),
@@ -1140,6 +1151,14 @@ mod tests {
                 0,
                 &windows,
                 queued("rs"),
+            ),
+            (
+                "a verified restore does not wait for the window: the application is not touched",
+                with(sib("me", Restore, None, 5), |s| s.verifies_only = true),
+                vec![],
+                0,
+                &windows,
+                Decision::Proceed,
             ),
             (
                 "a running upgrade still blocks an urgent one",

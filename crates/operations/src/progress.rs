@@ -1,12 +1,12 @@
 //! What a driven object (Velero Backup/Restore, VolumeSnapshots, Job) says
 //! about the work, before it becomes an Operation status.
 //!
-//! Depends on [`crate::status`] (the [`Outcome`] it becomes, the [`Counts`] it carries),
+//! Depends on [`crate::status`] (the [`Outcome`] it becomes, the [`Report`] it carries),
 //! never the reverse.
 
 use api::ObjectReference;
 
-use crate::status::{Counts, Outcome};
+use crate::status::{Outcome, Report};
 
 /// The state of the driven object(s), mapped per `docs/api/conditions.md` §3.3–3.5.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,8 +20,8 @@ pub enum Progress {
     Succeeded {
         /// Final message (becomes `status.result`).
         message: String,
-        /// Counts to record.
-        counts: Counts,
+        /// What the engine reports, to record.
+        report: Report,
     },
     /// Done unsuccessfully.
     Failed {
@@ -29,8 +29,8 @@ pub enum Progress {
         reason: String,
         /// Why, for people.
         message: String,
-        /// Counts to record.
-        counts: Counts,
+        /// What the engine reports, to record.
+        report: Report,
     },
 }
 
@@ -44,20 +44,20 @@ impl Progress {
     pub fn into_outcome(self, children: Vec<ObjectReference>) -> Outcome {
         match self {
             Progress::Running { message } => Outcome::Running { message, children },
-            Progress::Succeeded { message, counts } => Outcome::Succeeded {
+            Progress::Succeeded { message, report } => Outcome::Succeeded {
                 result: message,
                 children,
-                counts,
+                report,
             },
             Progress::Failed {
                 reason,
                 message,
-                counts,
+                report,
             } => Outcome::Failed {
                 reason,
                 message,
                 children,
-                counts,
+                report,
             },
         }
     }
@@ -75,9 +75,10 @@ mod tests {
             name: "j".into(),
             namespace: Some("ns".into()),
         };
-        let counts = Counts {
+        let report = Report {
             warnings: Some(1),
             errors: Some(2),
+            ..Report::default()
         };
         let cases = [
             (
@@ -90,25 +91,25 @@ mod tests {
             (
                 Progress::Succeeded {
                     message: "ok".into(),
-                    counts,
+                    report: report.clone(),
                 },
                 Outcome::Succeeded {
                     result: "ok".into(),
                     children: vec![child.clone()],
-                    counts,
+                    report: report.clone(),
                 },
             ),
             (
                 Progress::Failed {
                     reason: "PartiallyFailed".into(),
                     message: "bad".into(),
-                    counts,
+                    report: report.clone(),
                 },
                 Outcome::Failed {
                     reason: "PartiallyFailed".into(),
                     message: "bad".into(),
                     children: vec![child.clone()],
-                    counts,
+                    report: report.clone(),
                 },
             ),
         ];

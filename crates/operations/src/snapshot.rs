@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::meta::{self, OpId};
 use crate::progress::Progress;
-use crate::status::Counts;
+use crate::status::Report;
 use crate::{Error, names};
 use api::{Operation, OperationType};
 
@@ -73,7 +73,7 @@ pub fn map_snapshots(snapshots: &[Value], expected: usize) -> Progress {
     if total == 0 {
         return Progress::Succeeded {
             message: "No PersistentVolumeClaims to snapshot".into(),
-            counts: Counts::default(),
+            report: Report::default(),
         };
     }
     let ready = snapshots
@@ -83,7 +83,7 @@ pub fn map_snapshots(snapshots: &[Value], expected: usize) -> Progress {
     if ready == total {
         return Progress::Succeeded {
             message: format!("{ready}/{total} VolumeSnapshots ready to use"),
-            counts: Counts::default(),
+            report: Report::default(),
         };
     }
     let mut errors: Vec<(String, &str)> = snapshots
@@ -172,7 +172,7 @@ mod tests {
                 2,
                 Progress::Succeeded {
                     message: "2/2 VolumeSnapshots ready to use".into(),
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
             ),
             (
@@ -181,7 +181,7 @@ mod tests {
                 0,
                 Progress::Succeeded {
                     message: "No PersistentVolumeClaims to snapshot".into(),
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
             ),
             (
@@ -233,7 +233,7 @@ mod tests {
                 1,
                 Progress::Succeeded {
                     message: "1/1 VolumeSnapshots ready to use".into(),
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
             ),
             (

@@ -21,14 +21,18 @@ pub const MAX_MESSAGE_CHARS: usize = 32_768;
 /// Most children the CRD schema allows in `status.children`.
 pub const MAX_CHILDREN: usize = 128;
 
-/// Warning and error counts reported by the underlying engine (Velero).
+/// What the engine reports beside the message: Velero's warning and error counts, and a
+/// verified restore's evidence.
 /// `None` means "not reported", which leaves the status field as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Counts {
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
     /// `status.warnings` to record.
     pub warnings: Option<i64>,
     /// `status.errors` to record.
     pub errors: Option<i64>,
+    /// `status.verification` to record (a verified restore's evidence; boxed, as it is
+    /// rare and large).
+    pub verification: Option<Box<api::RestoreVerificationStatus>>,
 }
 
 /// What the engine decided (before acting) or observed (while acting).
@@ -54,8 +58,8 @@ pub enum Outcome {
         result: String,
         /// Children (merged into the recorded ones).
         children: Vec<ObjectReference>,
-        /// Engine counts to record.
-        counts: Counts,
+        /// What the engine reports, to record.
+        report: Report,
     },
     /// Ended unsuccessfully.
     Failed {
@@ -65,8 +69,8 @@ pub enum Outcome {
         message: String,
         /// Children (merged into the recorded ones); empty when it failed before acting.
         children: Vec<ObjectReference>,
-        /// Engine counts to record.
-        counts: Counts,
+        /// What the engine reports, to record.
+        report: Report,
     },
     /// Not started before `spec.deadline`; nothing was done. Ignored once started.
     Expired {
@@ -84,13 +88,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// A failure before acting: no children, no counts.
+    /// A failure before acting: no children, no report.
     pub fn failed(reason: impl Into<String>, message: impl Into<String>) -> Self {
         Outcome::Failed {
             reason: reason.into(),
             message: message.into(),
             children: Vec::new(),
-            counts: Counts::default(),
+            report: Report::default(),
         }
     }
 
@@ -138,7 +142,7 @@ pub fn next_status(
     new.phase = Some(phase);
     new.observed_generation = generation;
 
-    let (status, reason, message, children, counts, duplicate_of) = match outcome {
+    let (status, reason, message, children, report, duplicate_of) = match outcome {
         Outcome::Pending { reason, message } => ("Unknown", reason, message, Vec::new(), None, None),
         Outcome::Running { message, children } => (
             "Unknown",
@@ -151,21 +155,21 @@ pub fn next_status(
         Outcome::Succeeded {
             result,
             children,
-            counts,
+            report,
         } => (
             "True",
             operation_reasons::COMPLETED.to_owned(),
             result,
             children,
-            Some(counts),
+            Some(report),
             None,
         ),
         Outcome::Failed {
             reason,
             message,
             children,
-            counts,
-        } => ("False", reason, message, children, Some(counts), None),
+            report,
+        } => ("False", reason, message, children, Some(report), None),
         Outcome::Expired { message } => (
             "False",
             operation_reasons::DEADLINE_EXCEEDED.to_owned(),
@@ -202,12 +206,15 @@ pub fn next_status(
     if let Some(first) = duplicate_of {
         new.duplicate_of = Some(first);
     }
-    if let Some(counts) = counts {
-        if counts.warnings.is_some() {
-            new.warnings = counts.warnings;
+    if let Some(report) = report {
+        if report.warnings.is_some() {
+            new.warnings = report.warnings;
         }
-        if counts.errors.is_some() {
-            new.errors = counts.errors;
+        if report.errors.is_some() {
+            new.errors = report.errors;
+        }
+        if let Some(verification) = report.verification {
+            new.verification = Some(*verification);
         }
     }
     // Kept in place among any other conditions (no reordering).
@@ -298,9 +305,10 @@ mod tests {
         Outcome::Succeeded {
             result: "done\n(2 warnings,  0 errors)".into(),
             children: vec![child("b")],
-            counts: Counts {
+            report: Report {
                 warnings: Some(2),
                 errors: Some(0),
+                ..Report::default()
             },
         }
     }
@@ -438,7 +446,7 @@ mod tests {
                     reason: "Failed".into(),
                     message: "velero said no".into(),
                     children: vec![child("b")],
-                    counts: Counts::default(),
+                    report: Report::default(),
                 },
                 true,
             ),
@@ -512,9 +520,10 @@ mod tests {
                 reason: "PartiallyFailed".into(),
                 message: "partially".into(),
                 children: vec![child("b")],
-                counts: Counts {
+                report: Report {
                     warnings: Some(1),
                     errors: Some(3),
+                    ..Report::default()
                 },
             },
             ts(T2),
@@ -536,7 +545,7 @@ mod tests {
             Outcome::Succeeded {
                 result: "ok".into(),
                 children: vec![],
-                counts: Counts::default(),
+                report: Report::default(),
             },
             ts(T1),
         );

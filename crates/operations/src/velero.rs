@@ -50,7 +50,7 @@ use serde_json::{Map, Value, json};
 
 use crate::meta::{self, OpId};
 use crate::progress::Progress;
-use crate::status::Counts;
+use crate::status::Report;
 use crate::{Error, names, reasons};
 use api::conditions::operation_reasons;
 
@@ -183,11 +183,21 @@ pub fn restore_object(
     }
     let mut spec = scope_filter(target);
     spec.insert("backupName".into(), json!(backup_name));
-    spec.insert("restorePVs".into(), json!(params.restore_volumes.unwrap_or(false)));
-    match clone_namespace(op, target) {
-        // A clone: everything goes to the other namespace, and what exists there is kept.
-        Some(clone) => {
-            spec.insert("namespaceMapping".into(), json!({ target.namespace.as_str(): clone }));
+    // A verified restore checks the data too: it restores whatever volume data the backup holds.
+    spec.insert(
+        "restorePVs".into(),
+        json!(params.restore_volumes.unwrap_or(false) || params.verifies()),
+    );
+    let copy_into = if params.verifies() {
+        Some(crate::verify::scratch_namespace(&id))
+    } else {
+        clone_namespace(op, target).map(str::to_owned)
+    };
+    match copy_into {
+        // A clone or a verified restore: everything goes to the other namespace, and what
+        // exists there is kept.
+        Some(into) => {
+            spec.insert("namespaceMapping".into(), json!({ target.namespace.as_str(): into }));
         }
         None => {
             spec.insert("existingResourcePolicy".into(), json!("update"));
@@ -311,14 +321,15 @@ impl VeleroStatus {
 pub fn map(kind: VeleroKind, name: &str, status: &VeleroStatus) -> Progress {
     let phase = status.phase.as_deref().filter(|p| !p.is_empty()).unwrap_or("New");
     let what = format!("Velero {} {name}", kind.as_str());
-    let counts = Counts {
+    let report = Report {
         warnings: Some(status.warnings.unwrap_or(0)),
         errors: Some(status.errors.unwrap_or(0)),
+        ..Report::default()
     };
     let tally = format!(
         "{} warnings, {} errors",
-        counts.warnings.unwrap_or(0),
-        counts.errors.unwrap_or(0)
+        report.warnings.unwrap_or(0),
+        report.errors.unwrap_or(0)
     );
     let is_backup = kind == VeleroKind::Backup;
     match phase {
@@ -351,7 +362,7 @@ pub fn map(kind: VeleroKind, name: &str, status: &VeleroStatus) -> Progress {
         }
         "Completed" => Progress::Succeeded {
             message: format!("{what} completed ({tally})"),
-            counts,
+            report,
         },
         "PartiallyFailed" => {
             let why = status
@@ -363,7 +374,7 @@ pub fn map(kind: VeleroKind, name: &str, status: &VeleroStatus) -> Progress {
             Progress::Failed {
                 reason: reasons::PARTIALLY_FAILED.to_owned(),
                 message: format!("{what} partially failed ({tally}){why}"),
-                counts,
+                report,
             }
         }
         "Failed" => {
@@ -372,7 +383,7 @@ pub fn map(kind: VeleroKind, name: &str, status: &VeleroStatus) -> Progress {
                 .as_deref()
                 .filter(|r| !r.is_empty())
                 .unwrap_or("no failureReason reported");
-            failed(format!("{what} failed: {why}"), counts)
+            failed(format!("{what} failed: {why}"), report)
         }
         "FailedValidation" => {
             let errors = status.validation_errors.as_deref().unwrap_or_default();
@@ -381,9 +392,9 @@ pub fn map(kind: VeleroKind, name: &str, status: &VeleroStatus) -> Progress {
             } else {
                 errors.join("; ")
             };
-            failed(format!("{what} failed validation: {why}"), counts)
+            failed(format!("{what} failed validation: {why}"), report)
         }
-        "Deleting" if is_backup => failed(format!("{what} is being deleted"), counts),
+        "Deleting" if is_backup => failed(format!("{what} is being deleted"), report),
         unknown => running(format!(
             "{what} is in phase {unknown:?}, unknown to this operator; waiting for a known phase"
         )),
@@ -394,11 +405,11 @@ fn running(message: String) -> Progress {
     Progress::Running { message }
 }
 
-fn failed(message: String, counts: Counts) -> Progress {
+fn failed(message: String, report: Report) -> Progress {
     Progress::Failed {
         reason: operation_reasons::FAILED.to_owned(),
         message,
-        counts,
+        report,
     }
 }
 
@@ -567,7 +578,7 @@ mod tests {
                 velero_backup_name: None,
             },
             restore_volumes: volumes,
-            target_namespace: None,
+            ..RestoreParams::default()
         });
         o
     }
@@ -783,23 +794,24 @@ mod tests {
 
     #[test]
     fn backup_terminal_phases() {
-        let counts = |w, e| Counts {
+        let report = |w, e| Report {
             warnings: Some(w),
             errors: Some(e),
+            ..Report::default()
         };
         let cases = [
             (
                 json!({"phase": "Completed", "warnings": 2}),
                 Progress::Succeeded {
                     message: "Velero Backup velero/bk completed (2 warnings, 0 errors)".into(),
-                    counts: counts(2, 0),
+                    report: report(2, 0),
                 },
             ),
             (
                 json!({"phase": "Completed"}),
                 Progress::Succeeded {
                     message: "Velero Backup velero/bk completed (0 warnings, 0 errors)".into(),
-                    counts: counts(0, 0),
+                    report: report(0, 0),
                 },
             ),
             (
@@ -807,7 +819,7 @@ mod tests {
                 Progress::Failed {
                     reason: "PartiallyFailed".into(),
                     message: "Velero Backup velero/bk partially failed (1 warnings, 3 errors)".into(),
-                    counts: counts(1, 3),
+                    report: report(1, 3),
                 },
             ),
             (
@@ -815,7 +827,7 @@ mod tests {
                 Progress::Failed {
                     reason: "PartiallyFailed".into(),
                     message: "Velero Backup velero/bk partially failed (0 warnings, 1 errors): volume x".into(),
-                    counts: counts(0, 1),
+                    report: report(0, 1),
                 },
             ),
             (
@@ -824,7 +836,7 @@ mod tests {
                     reason: "Failed".into(),
                     message: "Velero Backup velero/bk failed: error getting backup store for location \"default\""
                         .into(),
-                    counts: counts(0, 0),
+                    report: report(0, 0),
                 },
             ),
             (
@@ -832,7 +844,7 @@ mod tests {
                 Progress::Failed {
                     reason: "Failed".into(),
                     message: "Velero Backup velero/bk failed: no failureReason reported".into(),
-                    counts: counts(0, 0),
+                    report: report(0, 0),
                 },
             ),
             (
@@ -840,7 +852,7 @@ mod tests {
                 Progress::Failed {
                     reason: "Failed".into(),
                     message: "Velero Backup velero/bk failed validation: a is invalid; b is missing".into(),
-                    counts: counts(0, 0),
+                    report: report(0, 0),
                 },
             ),
             (
@@ -848,7 +860,7 @@ mod tests {
                 Progress::Failed {
                     reason: "Failed".into(),
                     message: "Velero Backup velero/bk failed validation: no validationErrors reported".into(),
-                    counts: counts(0, 0),
+                    report: report(0, 0),
                 },
             ),
             (
@@ -856,7 +868,7 @@ mod tests {
                 Progress::Failed {
                     reason: "Failed".into(),
                     message: "Velero Backup velero/bk is being deleted".into(),
-                    counts: counts(0, 0),
+                    report: report(0, 0),
                 },
             ),
         ];
@@ -897,9 +909,10 @@ mod tests {
             )),
             Progress::Succeeded {
                 message: "Velero Restore velero/bk completed (4 warnings, 0 errors)".into(),
-                counts: Counts {
+                report: Report {
                     warnings: Some(4),
-                    errors: Some(0)
+                    errors: Some(0),
+                    ..Report::default()
                 },
             }
         );

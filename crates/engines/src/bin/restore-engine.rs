@@ -30,6 +30,7 @@ async fn main() -> anyhow::Result<()> {
             velero_namespace: cli.velero_namespace,
             namespace_pairs: cli.allowed_namespace_pairs,
         })
+        .scratch_sweeper()
         .run(&cli.engine.common, "vworkspace-restore-engine")
         .await
 }

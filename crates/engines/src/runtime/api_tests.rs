@@ -259,7 +259,7 @@ async fn the_end_is_written_once_with_one_event() -> anyhow::Result<()> {
     let succeeded = Outcome::Succeeded {
         result: "Backup Completed".into(),
         children: Vec::new(),
-        counts: Default::default(),
+        report: Default::default(),
     };
     let (ctx, mut server) = context(Fake::reporting(succeeded), None)?;
     let started = status_at(None, running("Starting"), 1_800_000_000)?;

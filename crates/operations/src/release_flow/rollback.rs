@@ -200,7 +200,7 @@ pub fn next_action(state: State) -> ReleaseAction {
                 target.state.chart_version, target.revision
             ),
             children,
-            counts: Default::default(),
+            report: Default::default(),
         }),
         Stage::ReleaseFailed {
             chart_version,
@@ -210,7 +210,7 @@ pub fn next_action(state: State) -> ReleaseAction {
             reason,
             message: format!("rollback to chart version {chart_version} failed: {message}"),
             children,
-            counts: Default::default(),
+            report: Default::default(),
         }),
     }
 }

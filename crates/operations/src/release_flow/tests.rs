@@ -122,7 +122,7 @@ fn failed(reason: &str, message: &str, children: Vec<ObjectReference>) -> Outcom
         reason: reason.into(),
         message: message.into(),
         children,
-        counts: Default::default(),
+        report: Default::default(),
     }
 }
 
@@ -130,7 +130,7 @@ fn succeeded(result: &str, children: Vec<ObjectReference>) -> Outcome {
     Outcome::Succeeded {
         result: result.into(),
         children,
-        counts: Default::default(),
+        report: Default::default(),
     }
 }
 

@@ -567,7 +567,7 @@ pub fn next_action(state: State) -> ReleaseAction {
         reason,
         message,
         children,
-        counts: Default::default(),
+        report: Default::default(),
     };
     match stage {
         Stage::Refused(error) => ReleaseAction::Report(error.outcome()),
@@ -684,7 +684,7 @@ pub fn next_action(state: State) -> ReleaseAction {
                 target.state.chart_version, target.revision
             ),
             children,
-            counts: Default::default(),
+            report: Default::default(),
         }),
         Stage::ReleaseFailed {
             chart_version,
