@@ -42,6 +42,7 @@ pub mod report;
 pub mod revision;
 pub mod schedule;
 pub mod validate;
+pub mod verification;
 pub mod version;
 
 pub use messages::*;

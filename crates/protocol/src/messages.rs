@@ -439,6 +439,9 @@ pub struct ObjectReport {
     /// ApplicationInstance with a backup schedule: `status.backupSchedule` (protocol 1.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_schedule: Option<crate::schedule::BackupScheduleReport>,
+    /// Operation, a verified restore that ended: `status.verification` (protocol 1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<crate::verification::VerificationReport>,
     /// `metadata.creationTimestamp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Timestamp>,

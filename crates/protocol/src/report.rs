@@ -51,6 +51,7 @@ fn base(kind: ObjectKind, meta: &ObjectMeta, state: ObjectState, observed_at: Ti
         deployed_chart_version: None,
         desired_chart_version: None,
         backup_schedule: None,
+        verification: None,
         created_at: meta.creation_timestamp.as_ref().map(|t| t.0),
         observed_at,
     }
@@ -142,6 +143,10 @@ pub fn operation_report(op: &Operation, observed_at: Timestamp) -> ObjectReport 
         r.result = status.result.clone();
         r.start_time = status.start_time.as_ref().map(|t| t.0);
         r.completion_time = status.completion_time.as_ref().map(|t| t.0);
+        r.verification = status
+            .verification
+            .as_ref()
+            .map(crate::verification::VerificationReport::of);
     }
     r
 }

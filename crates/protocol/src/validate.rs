@@ -217,6 +217,12 @@ pub fn validate_document(doc: &DesiredState) -> Result<(), ValidationError> {
             entry: entry.clone(),
             problem,
         })?;
+        if let Some(verification) = &app.spec.restore_verification {
+            crate::verification::check(verification).map_err(|problem| ValidationError::Spec {
+                entry: entry.clone(),
+                problem,
+            })?;
+        }
     }
     for (i, op) in doc.operations.iter().enumerate() {
         let entry = format!("operations[{i}]");

@@ -16,8 +16,8 @@ use std::{fmt, str::FromStr};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The version the binaries announce (`protocol_version` of every call and answer): the
-/// newest one ([`LATEST`]), since the backup engine runs what 1.1 adds, and the engines and
-/// the app controller honour what 1.2 adds.
+/// newest one ([`LATEST`]), since the backup engine runs what 1.1 adds, the engines and the
+/// app controller honour what 1.2 adds, and the restore engine runs what 1.3 adds.
 pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 
 /// The newest version this crate describes. History (`docs/connectivity/protocol.md`):
@@ -28,7 +28,10 @@ pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 /// * 1.2: maintenance windows, `spec.maintenanceWindows` in an application's spec and
 ///   `spec.urgent` in an Operation's ([`crate::maintenance`]); `upgrade.backup` and
 ///   `restore.targetNamespace` in an Operation's payload.
-pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 2 };
+/// * 1.3: verified restores, `restore.verify` in an Operation's payload,
+///   `spec.restoreVerification` in an application's spec, and `verification` in an
+///   Operation's report ([`crate::verification`]).
+pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 3 };
 
 /// `MAJOR.MINOR`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -95,17 +98,17 @@ mod tests {
 
     #[test]
     fn parse_and_display() {
-        assert_eq!("1.2".parse(), Ok(PROTOCOL_VERSION));
+        assert_eq!("1.3".parse(), Ok(PROTOCOL_VERSION));
         assert_eq!(
             LATEST,
-            crate::maintenance::SINCE,
+            crate::verification::SINCE,
             "the newest feature's version is the latest"
         );
         assert_eq!("2.13".parse::<ProtocolVersion>().unwrap().to_string(), "2.13");
         for bad in ["", "1", "1.", ".1", "1.0.0", "a.b", "-1.0", "1.+2", "999999.0"] {
             assert!(bad.parse::<ProtocolVersion>().is_err(), "{bad:?}");
         }
-        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.2\"");
+        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.3\"");
         assert!(
             serde_json::from_str::<ProtocolVersion>("1.0").is_err(),
             "a number is not a version"

@@ -89,6 +89,7 @@ fn app_report() -> ObjectReport {
         deployed_chart_version: Some("1.2.3".into()),
         desired_chart_version: Some("1.2.3".into()),
         backup_schedule: None,
+        verification: None,
         created_at: Some(ts("2026-11-20T08:00:00Z")),
         observed_at: ts("2026-11-21T10:04:13Z"),
     }
@@ -121,6 +122,7 @@ fn op_report() -> ObjectReport {
         deployed_chart_version: None,
         desired_chart_version: None,
         backup_schedule: None,
+        verification: None,
         created_at: Some(ts("2026-11-21T10:06:00Z")),
         observed_at: ts("2026-11-21T10:06:41Z"),
     }
@@ -544,4 +546,103 @@ fn sync_result_with_maintenance_windows() {
             next_sync_seconds: Some(30),
         },
     );
+}
+
+/// Protocol 1.3: an application declaring how a copy of it is checked, and a verified
+/// restore of its nightly backup, as Odoo sends them.
+fn document_with_a_verified_restore() -> DesiredState {
+    serde_json::from_value(json!({
+        "epoch": "c7-20261120",
+        "revision": 15,
+        "generated_at": "2026-11-26T09:00:00Z",
+        "applications": [{
+            "namespace": "team-a",
+            "name": "wiki",
+            "spec": {
+                "chart": {"name": "wiki", "version": "1.3.0",
+                          "repository": {"url": "https://charts.example.com", "interval": "1h"}},
+                "restoreVerification": {
+                    "timeoutSeconds": 300,
+                    "job": {
+                        "backoffLimit": 0,
+                        "template": {"spec": {"containers": [{
+                            "name": "check",
+                            "image": "registry.example.com/wiki-check:1",
+                            "command": ["sh", "-c", "wget -qO- http://wiki.$VWS_VERIFY_NAMESPACE.svc/health"]
+                        }]}}
+                    }
+                }
+            }
+        }],
+        "operations": [{
+            "namespace": "team-a",
+            "name": "wiki-verify-20261126",
+            "spec": {
+                "type": "Restore",
+                "applicationRef": {"name": "wiki"},
+                "requestId": "odoo-op-31",
+                "restore": {"source": {"operationName": "wiki-backup-20261126"}, "verify": true}
+            }
+        }],
+        "deletions": []
+    }))
+    .unwrap()
+}
+
+#[test]
+fn sync_result_with_a_verified_restore() {
+    let doc = document_with_a_verified_restore();
+    protocol::validate::validate_document(&doc).unwrap();
+    assert!(doc.applications[0].spec.restore_verification.is_some());
+    assert!(
+        doc.operations[0]
+            .spec
+            .restore
+            .as_ref()
+            .is_some_and(api::RestoreParams::verifies)
+    );
+    golden(
+        "sync_result_document_verified_restore.json",
+        &SyncResult {
+            protocol_version: protocol::verification::SINCE,
+            server_time: ts("2026-11-26T09:00:05Z"),
+            desired: Some(doc),
+            resync_requested: false,
+            next_sync_seconds: Some(30),
+        },
+    );
+}
+
+#[test]
+fn report_of_a_verified_restore() {
+    let mut report = op_report();
+    report.name = "wiki-verify-20261126".into();
+    report.request_id = Some("odoo-op-31".into());
+    let message = "verification of Velero Backup team-a-wiki-backup-20261126-3f2a1b passed: Velero Restore \
+                   velero/team-a-wiki-verify-20261126-9c1e2d completed (0 warnings, 0 errors); ready: Deployment/wiki; \
+                   Job vws-verify-0b1c2d3e4f/vworkspace-verification completed (1 succeeded pods); scratch namespace \
+                   vws-verify-0b1c2d3e4f removed";
+    report.conditions = vec![cond(
+        "Succeeded",
+        "True",
+        "Completed",
+        message,
+        "2026-11-26T09:04:10Z",
+        1,
+    )];
+    report.result = Some(message.into());
+    report.verification = Some(protocol::verification::VerificationReport {
+        passed: true,
+        message: "Velero Restore velero/team-a-wiki-verify-20261126-9c1e2d completed (0 warnings, 0 errors); ready: \
+                  Deployment/wiki; Job vws-verify-0b1c2d3e4f/vworkspace-verification completed (1 succeeded pods)"
+            .into(),
+        backup: "team-a-wiki-backup-20261126-3f2a1b".into(),
+        scratch_namespace: "vws-verify-0b1c2d3e4f".into(),
+        scratch_namespace_removed: true,
+        items_restored: Some(23),
+        volumes_restored: Some(1),
+        workloads_ready: vec!["Deployment/wiki".into()],
+        job: Some("vws-verify-0b1c2d3e4f/vworkspace-verification".into()),
+    });
+    golden("report_operation_verified_restore.json", &report);
 }

@@ -80,6 +80,7 @@ fn fleet_reports(index: usize, objects: usize, now: Timestamp) -> Vec<ObjectRepo
         deployed_chart_version: None,
         desired_chart_version: None,
         backup_schedule: None,
+        verification: None,
         created_at: Some(created),
         observed_at: now,
     };
