@@ -402,11 +402,24 @@ impl<C: Cluster> SyncLoop<C> {
                     error_class = ?e.classify(),
                     "the control plane's answer does not follow the protocol; nothing applied"
                 );
-                if let Some((epoch, revision)) = value.get("desired").and_then(cursor_of) {
-                    let ack = refuse_malformed(epoch, revision, e.to_string(), Timestamp::now());
-                    self.health.metrics().document("refused");
-                    ledger.record(ack);
-                    outcome.more = true;
+                let hold = retry_hold.as_ref().map(|(cursor, at)| (cursor, at.elapsed()));
+                match malformed_step(value.get("desired"), ledger.known(), hold, interval) {
+                    MalformedStep::Refuse(cursor) => {
+                        let ack =
+                            refuse_malformed(cursor.epoch.clone(), cursor.revision, e.to_string(), Timestamp::now());
+                        self.health.metrics().document("refused");
+                        ledger.record(ack);
+                        *retry_hold = Some((cursor, tokio::time::Instant::now()));
+                        // Deliver the refusal at once (once: the hold keeps the next one away).
+                        outcome.more = true;
+                    }
+                    MalformedStep::Ignore(why) => tracing::debug!(why, "malformed document not refused again"),
+                    MalformedStep::Fail => {
+                        return Err(CallError::Malformed {
+                            method: METHOD_SYNC.to_owned(),
+                            detail: format!("the answer has no readable document epoch and revision: {e}"),
+                        });
+                    }
                 }
                 return Ok(outcome);
             }
@@ -456,4 +469,124 @@ struct SyncOutcome {
     more: bool,
     next_sync: Option<u32>,
     resync_requested: bool,
+}
+
+/// What the pull loop does with an answer that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum MalformedStep {
+    /// Refuse its document (an acknowledgement Odoo sees) and deliver that at once.
+    Refuse(protocol::Cursor),
+    /// Nothing now: why (already refused and known, refused within this interval, stale).
+    Ignore(&'static str),
+    /// Nothing to acknowledge (no document, or no readable epoch and revision): the call
+    /// failed, so the loop backs off, reports itself not in sync, and tells Odoo in
+    /// `last_error`.
+    Fail,
+}
+
+/// The revision rule for a document that does not parse, as for any other: only a newer
+/// one (or one of another epoch) is refused, and the same one at most once per `interval`
+/// (a garbled epoch never becomes `known`, so it would come back at every sync). `desired`
+/// is the answer's `desired` member; `hold` the cursor last refused or left incomplete,
+/// with the time since.
+fn malformed_step(
+    desired: Option<&serde_json::Value>,
+    known: Option<&protocol::Cursor>,
+    hold: Option<(&protocol::Cursor, Duration)>,
+    interval: Duration,
+) -> MalformedStep {
+    let Some((epoch, revision)) = desired.filter(|d| !d.is_null()).and_then(cursor_of) else {
+        return MalformedStep::Fail;
+    };
+    let cursor = protocol::Cursor { epoch, revision };
+    if hold.is_some_and(|(held, since)| *held == cursor && since < interval) {
+        return MalformedStep::Ignore("refused within this interval");
+    }
+    match decide(known, &cursor) {
+        Decision::Apply => MalformedStep::Refuse(cursor),
+        Decision::AlreadyProcessed => MalformedStep::Ignore("already refused"),
+        Decision::Stale => MalformedStep::Ignore("older than the document already processed"),
+    }
+}
+
+#[cfg(test)]
+mod malformed_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn c(epoch: &str, revision: u64) -> protocol::Cursor {
+        protocol::Cursor {
+            epoch: epoch.into(),
+            revision,
+        }
+    }
+
+    /// Name, the answer's `desired`, the hold, and the step wanted.
+    type Case<'a> = (
+        &'a str,
+        Option<serde_json::Value>,
+        Option<(&'a protocol::Cursor, Duration)>,
+        MalformedStep,
+    );
+
+    #[test]
+    fn a_malformed_document_follows_the_revision_rule_and_cannot_make_the_loop_spin() {
+        let minute = Duration::from_secs(60);
+        let doc = |epoch: &str, revision: Value| json!({"epoch": epoch, "revision": revision, "applications": "nope"});
+        use serde_json::Value;
+        let (known, held) = (c("e1", 7), c("e1", 8));
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "newer: refused",
+                Some(doc("e1", json!(8))),
+                None,
+                MalformedStep::Refuse(c("e1", 8)),
+            ),
+            (
+                "the same again within the interval: held",
+                Some(doc("e1", json!(8))),
+                Some((&held, Duration::from_secs(1))),
+                MalformedStep::Ignore("refused within this interval"),
+            ),
+            (
+                "the same after the interval: refused again",
+                Some(doc("e1", json!(8))),
+                Some((&held, Duration::from_secs(61))),
+                MalformedStep::Refuse(c("e1", 8)),
+            ),
+            (
+                "older: ignored, known stays",
+                Some(doc("e1", json!(3))),
+                None,
+                MalformedStep::Ignore("older than the document already processed"),
+            ),
+            (
+                "already known",
+                Some(doc("e1", json!(7))),
+                None,
+                MalformedStep::Ignore("already refused"),
+            ),
+            (
+                "an unreadable revision: a failed call",
+                Some(doc("e1", json!("eight"))),
+                None,
+                MalformedStep::Fail,
+            ),
+            ("no document at all: a failed call", None, None, MalformedStep::Fail),
+            (
+                "a null document: a failed call",
+                Some(Value::Null),
+                None,
+                MalformedStep::Fail,
+            ),
+        ];
+        for (name, desired, hold, want) in cases {
+            assert_eq!(
+                malformed_step(desired.as_ref(), Some(&known), hold, minute),
+                want,
+                "{name}"
+            );
+        }
+    }
 }

@@ -13,7 +13,10 @@
 //!    once: they stay pending until a sync carrying them succeeds ([`AckLedger`]).
 //! 5. `known` advances when a document is `applied` or `refused`; after an `incomplete`
 //!    one (a transient per-object failure) it stays, so Odoo sends the same revision again
-//!    and the agent retries it (applying is idempotent).
+//!    and the agent retries it (applying is idempotent). It never moves back (an
+//!    acknowledgement of an older revision of the same epoch leaves it), and a cursor whose
+//!    epoch is not a valid epoch never becomes `known`: a refused document with a garbled
+//!    epoch must not switch the stale-revision rule off for the real one.
 
 use std::collections::VecDeque;
 
@@ -65,11 +68,15 @@ impl AckLedger {
     /// Records the outcome of a processed document (rules 4 and 5). An ack for the same
     /// cursor replaces the pending one.
     pub fn record(&mut self, ack: DocumentAck) {
-        if matches!(ack.outcome, DocumentOutcome::Applied | DocumentOutcome::Refused) {
-            self.known = Some(Cursor {
-                epoch: ack.epoch.clone(),
-                revision: ack.revision,
-            });
+        let cursor = Cursor {
+            epoch: ack.epoch.clone(),
+            revision: ack.revision,
+        };
+        if matches!(ack.outcome, DocumentOutcome::Applied | DocumentOutcome::Refused)
+            && crate::validate::epoch_ok(&cursor.epoch)
+            && decide(self.known.as_ref(), &cursor) == Decision::Apply
+        {
+            self.known = Some(cursor);
         }
         self.pending
             .retain(|p| !(p.epoch == ack.epoch && p.revision == ack.revision));
@@ -144,6 +151,28 @@ mod tests {
         l.record(ack("a", 2, DocumentOutcome::Refused));
         assert_eq!(l.known(), Some(&c("a", 2)));
         assert_eq!(l.pending_len(), 2, "the retried revision's ack replaced the first one");
+    }
+
+    #[test]
+    fn known_never_moves_back_nor_to_an_invalid_epoch() {
+        let mut l = AckLedger::new();
+        l.record(ack("a", 7, DocumentOutcome::Applied));
+        // A malformed document of an older revision, refused: acknowledged, not known.
+        l.record(ack("a", 3, DocumentOutcome::Refused));
+        assert_eq!(
+            l.known(),
+            Some(&c("a", 7)),
+            "a refusal of revision 3 must not reopen 4..7"
+        );
+        // A garbled epoch, refused: acknowledged, not known, so a stale revision of the
+        // real epoch is still recognised as stale.
+        l.record(ack("bad epoch 2!", 9, DocumentOutcome::Refused));
+        assert_eq!(l.known(), Some(&c("a", 7)));
+        assert_eq!(decide(l.known(), &c("a", 6)), Decision::Stale);
+        assert_eq!(l.pending_len(), 3, "every refusal is still acknowledged");
+        // A new, valid epoch is taken (protocol.md: an epoch change restarts the count).
+        l.record(ack("b", 1, DocumentOutcome::Applied));
+        assert_eq!(l.known(), Some(&c("b", 1)));
     }
 
     #[test]

@@ -119,7 +119,8 @@ fn name_rule(kind: ObjectKind) -> fn(&str) -> Result<(), String> {
     }
 }
 
-fn epoch_ok(epoch: &str) -> bool {
+/// Whether `epoch` is a valid epoch: 1 to 64 characters of `[A-Za-z0-9._-]`.
+pub fn epoch_ok(epoch: &str) -> bool {
     !epoch.is_empty()
         && epoch.len() <= limits::MAX_EPOCH_LEN
         && epoch

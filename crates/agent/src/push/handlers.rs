@@ -196,9 +196,30 @@ impl<C: Cluster> PushState<C> {
                     error_class = ?e.classify(),
                     "pushed document does not follow the protocol; refused, nothing applied"
                 );
-                let ack = refuse_malformed(epoch, revision, e.to_string(), Timestamp::now());
-                self.health.metrics().document("refused");
-                self.ledger.lock().await.record(ack.clone());
+                // The revision rule holds for it too: an older (or already processed) cursor
+                // is not refused again, so a delayed push cannot reopen processed revisions.
+                let cursor = protocol::Cursor { epoch, revision };
+                let ack = {
+                    let mut ledger = self.ledger.lock().await;
+                    match decide(ledger.known(), &cursor) {
+                        Decision::Apply => {
+                            let ack = refuse_malformed(
+                                cursor.epoch.clone(),
+                                cursor.revision,
+                                e.to_string(),
+                                Timestamp::now(),
+                            );
+                            self.health.metrics().document("refused");
+                            ledger.record(ack.clone());
+                            ack
+                        }
+                        Decision::AlreadyProcessed => match recorded_ack(&ledger, &cursor) {
+                            Some(ack) => ack,
+                            None => return Err(stale(&cursor, ledger.known())),
+                        },
+                        Decision::Stale => return Err(stale(&cursor, ledger.known())),
+                    }
+                };
                 self.pushed().await;
                 return Ok(ApplyResult {
                     protocol_version: PROTOCOL_VERSION,
