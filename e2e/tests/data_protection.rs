@@ -67,6 +67,24 @@ async fn pod_volume_items(resource: &str, owner_label: &str, name: &str) -> anyh
         .collect())
 }
 
+/// Creates the Restore Operation `name` of `files` from the Backup Operation `with-data`,
+/// with its volume data (into `target_namespace` when given: a clone), waits for it to
+/// succeed, and returns its PodVolumeRestores as `(phase, bytes done)`.
+async fn restore_with_volumes(
+    ctx: &TestContext,
+    name: &str,
+    target_namespace: Option<&str>,
+) -> anyhow::Result<Vec<(String, u64)>> {
+    let mut payload = json!({"source": {"operationName": "with-data"}, "restoreVolumes": true});
+    if let Some(target) = target_namespace {
+        payload["targetNamespace"] = json!(target);
+    }
+    create_operation(ctx, &operation(name, "files", "Restore", payload)).await?;
+    let restore = wait_phase(ctx, name, OperationPhase::Succeeded, "Completed").await?;
+    let velero_restore = velero_child(&restore, "Restore")?;
+    pod_volume_items("podvolumerestores.velero.io", "velero.io/restore-name", &velero_restore).await
+}
+
 /// The Velero child (`Backup` or `Restore`) an Operation lists.
 fn velero_child(op: &api::Operation, kind: &str) -> anyhow::Result<String> {
     op.status
@@ -132,19 +150,7 @@ async fn volume_data_comes_back_byte_for_byte_through_file_system_backup_and_res
     })
     .await?;
 
-    create_operation(
-        &ctx,
-        &operation(
-            "bring-back",
-            "files",
-            "Restore",
-            json!({"source": {"operationName": "with-data"}, "restoreVolumes": true}),
-        ),
-    )
-    .await?;
-    let restore = wait_phase(&ctx, "bring-back", OperationPhase::Succeeded, "Completed").await?;
-    let velero_restore = velero_child(&restore, "Restore")?;
-    let volumes = pod_volume_items("podvolumerestores.velero.io", "velero.io/restore-name", &velero_restore).await?;
+    let volumes = restore_with_volumes(&ctx, "bring-back", None).await?;
     assert_eq!(volumes.len(), 1, "one PodVolumeRestore: {volumes:?}");
     assert_eq!(volumes[0].0, "Completed", "{volumes:?}");
 
@@ -213,19 +219,7 @@ async fn a_volume_restore_replaces_the_live_claim_with_the_backed_up_data() -> a
     overwrite_data(&ctx, "files").await?;
     assert_ne!(checksums(&ctx, "files").await?, before, "the data was overwritten");
 
-    create_operation(
-        &ctx,
-        &operation(
-            "bring-back",
-            "files",
-            "Restore",
-            json!({"source": {"operationName": "with-data"}, "restoreVolumes": true}),
-        ),
-    )
-    .await?;
-    let restore = wait_phase(&ctx, "bring-back", OperationPhase::Succeeded, "Completed").await?;
-    let velero_restore = velero_child(&restore, "Restore")?;
-    let volumes = pod_volume_items("podvolumerestores.velero.io", "velero.io/restore-name", &velero_restore).await?;
+    let volumes = restore_with_volumes(&ctx, "bring-back", None).await?;
     assert_eq!(
         volumes.len(),
         1,
@@ -360,19 +354,7 @@ async fn a_clone_restores_the_application_and_its_data_into_an_allowed_namespace
         "{result}"
     );
 
-    create_operation(
-        &ctx,
-        &operation(
-            "clone",
-            "files",
-            "Restore",
-            json!({"source": {"operationName": "with-data"}, "restoreVolumes": true, "targetNamespace": to}),
-        ),
-    )
-    .await?;
-    let clone = wait_phase(&ctx, "clone", OperationPhase::Succeeded, "Completed").await?;
-    let velero_restore = velero_child(&clone, "Restore")?;
-    let volumes = pod_volume_items("podvolumerestores.velero.io", "velero.io/restore-name", &velero_restore).await?;
+    let volumes = restore_with_volumes(&ctx, "clone", Some(to)).await?;
     assert_eq!(
         volumes.len(),
         1,
