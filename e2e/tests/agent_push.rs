@@ -544,3 +544,116 @@ async fn a_short_push_token_is_refused_at_start() -> anyhow::Result<()> {
     assert!(!log.contains(short), "the log does not quote the token: {log}");
     Ok(())
 }
+
+/// Issue 18, item 1: the acknowledgement ledger survives a SIGKILL. Revision 2 deletes an
+/// Operation that revision 1 created; after the agent is killed and started again, a
+/// delayed retry of revision 1 is refused as stale (409) instead of creating the Operation
+/// a second time, a retry of revision 2 gets its recorded acknowledgement, and the epoch it
+/// left is never entered again.
+#[tokio::test]
+async fn after_a_restart_a_delayed_push_of_an_older_document_cannot_run_an_operation_again() -> anyhow::Result<()> {
+    use api::Operation;
+    let ctx = TestContext::new("push-replay").await?;
+    let pki = PushPki::generate(&ctx)?;
+    let (token, token_path) = token_file(&ctx, "replay")?;
+    let mut agent = start_push_agent(&ctx, &pki, &token_path, false, "-replay").await?;
+    let odoo = pki.client(None)?;
+    let ns = ctx.namespace.as_str();
+    wait_serving(&ctx, &odoo, &agent, &token).await?;
+
+    let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1)).to_string();
+    // No engine runs here: the Operation is created and stays pending; what matters is
+    // whether it is created at all.
+    let once = json!({"type": "Backup", "applicationRef": {"name": "wiki"}, "requestId": "odoo-once-1",
+        "deadline": deadline});
+    let document = |epoch: &str, revision: u64, operations: Value, deletions: Value| {
+        json!({"protocol_version": "1.0", "document": {"epoch": epoch, "revision": revision,
+            "applications": [], "operations": operations, "deletions": deletions}})
+    };
+    let first = document(
+        "odoo-e2e",
+        1,
+        json!([{"namespace": ns, "name": "once", "spec": once}]),
+        json!([]),
+    );
+    let (status, answer) = push_call(&odoo, &agent.url, "apply", Some(&token), &first).await?;
+    assert_eq!(status, 200, "{answer}");
+    let ack: DocumentAck = serde_json::from_value(answer)?;
+    assert_eq!(ack.objects[0].outcome, ObjectOutcome::Applied, "{ack:?}");
+    let uid = ack.objects[0].uid.clone().expect("uid");
+
+    let second = document(
+        "odoo-e2e",
+        2,
+        json!([]),
+        json!([{"kind": "Operation", "namespace": ns, "name": "once", "uid": uid, "reason": "done"}]),
+    );
+    let (status, second_answer) = push_call(&odoo, &agent.url, "apply", Some(&token), &second).await?;
+    assert_eq!(status, 200, "{second_answer}");
+    assert_eq!(second_answer["objects"][0]["outcome"], "deleted", "{second_answer}");
+    let operations = ctx.api::<Operation>();
+    e2e::eventually(&ctx, "Operation once gone", AGENT_TIMEOUT, || async {
+        Ok(match operations.get_opt("once").await? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_owned()),
+        })
+    })
+    .await?;
+
+    // SIGKILL: nothing flushed at exit. The next process reads the ledger back.
+    agent.agent.process.kill().await?;
+    let agent = start_push_agent(&ctx, &pki, &token_path, false, "-replay").await?;
+    let serving = wait_serving(&ctx, &odoo, &agent, &token).await?;
+    assert_eq!(
+        serving["known"],
+        json!({"epoch": "odoo-e2e", "revision": 2}),
+        "{serving}"
+    );
+
+    let (status, refused) = push_call(&odoo, &agent.url, "apply", Some(&token), &first).await?;
+    assert_eq!(
+        status, 409,
+        "a delayed retry of revision 1 after the restart: {refused}"
+    );
+    assert!(
+        operations.get_opt("once").await?.is_none(),
+        "the Operation was not created a second time"
+    );
+    let (status, again) = push_call(&odoo, &agent.url, "apply", Some(&token), &second).await?;
+    assert_eq!(
+        (status, &again),
+        (200, &second_answer),
+        "a retry of revision 2 gets its recorded acknowledgement"
+    );
+
+    // A new epoch is taken; the one it replaced is never entered again.
+    let (status, answer) = push_call(
+        &odoo,
+        &agent.url,
+        "apply",
+        Some(&token),
+        &document("odoo-e2e-2", 1, json!([]), json!([])),
+    )
+    .await?;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = push_call(
+        &odoo,
+        &agent.url,
+        "apply",
+        Some(&token),
+        &document(
+            "odoo-e2e",
+            3,
+            json!([{"namespace": ns, "name": "once", "spec": once}]),
+            json!([]),
+        ),
+    )
+    .await?;
+    assert_eq!(status, 409, "the old epoch is stale: {answer}");
+    assert!(operations.get_opt("once").await?.is_none());
+    let cm = status_configmap(&agent.agent.status_configmap)
+        .await?
+        .expect("status ConfigMap");
+    assert_eq!(cm["condition"]["reason"], "PushServing", "{cm}");
+    Ok(())
+}

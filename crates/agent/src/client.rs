@@ -139,6 +139,10 @@ pub enum CallError {
     /// The credentials could not be loaded.
     #[error("cannot load the API key: {0}")]
     Credentials(String),
+    /// The acknowledgement ledger could not be read or recorded: no document is processed
+    /// and no acknowledgement leaves the agent until it can be.
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger_store::StoreError),
 }
 
 impl CallError {
@@ -152,6 +156,7 @@ impl CallError {
             Self::Malformed { .. } => "MalformedResponse",
             Self::Incompatible { .. } => "IncompatibleProtocol",
             Self::Credentials(_) => "CredentialsUnavailable",
+            Self::Ledger(e) => e.reason(),
         }
     }
 
@@ -161,6 +166,7 @@ impl CallError {
         match self {
             Self::Remote { class, .. } => !class.is_transient(),
             Self::Incompatible { .. } | Self::Credentials(_) | Self::TooLarge { .. } => true,
+            Self::Ledger(e) => matches!(e, crate::ledger_store::StoreError::Unreadable { .. }),
             _ => false,
         }
     }

@@ -11,6 +11,8 @@
 //! * [`push`]: push mode's authenticated HTTPS endpoint (same document, same
 //!   acknowledgements, same apply path).
 //! * [`health`]: the agent's own condition, on `/readyz`, in metrics and in a ConfigMap.
+//! * [`ledger_store`]: `known`, retired epochs and undelivered acknowledgements, kept in
+//!   that ConfigMap across restarts and leader changes.
 //! * [`credentials`]: the API key, from a file or a Secret, always [`controller_kit::Redacted`].
 //! * [`run`]: wires it all for `main`.
 
@@ -21,6 +23,7 @@ pub mod cli;
 pub mod client;
 pub mod credentials;
 pub mod health;
+pub mod ledger_store;
 pub mod push;
 pub mod status;
 pub mod sync;
@@ -229,6 +232,7 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
         }
     };
 
+    let ledger_store = ledger_store::LedgerStore::new(rt.client.clone(), &own_namespace, &args.status_configmap);
     let health = Health::new(
         rt.readiness.clone(),
         AgentMetrics::register(&rt.metrics),
@@ -291,6 +295,7 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
                 health,
                 gate: rt.gate,
                 recorder: Some(recorder),
+                ledger_store: Some(ledger_store),
                 settings: SyncSettings {
                     interval: args.sync_interval,
                     report_delay: args.report_delay,
@@ -318,6 +323,7 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
                 max_body: args.push_max_body,
                 batch_size: args.report_batch_size as usize,
                 ledger: Default::default(),
+                ledger_store: Some(ledger_store),
             });
             // The status channel's resync requests need no answer here: Odoo asks for a
             // full snapshot when it wants one.

@@ -16,7 +16,7 @@ use protocol::{
         AgentError, AgentInfo, ClusterIdentity, DocumentOutcome, RegisterParams, RegisterResult, ResyncMarker,
         SyncParams, SyncResult,
     },
-    revision::{AckLedger, Decision, decide},
+    revision::{AckLedger, Decision},
 };
 use tokio::sync::Notify;
 
@@ -25,6 +25,7 @@ use crate::{
     client::{CallError, ControlPlaneClient},
     credentials::CredentialSource,
     health::{Health, Transition},
+    ledger_store::LedgerStore,
     status::{SharedStatus, Taken},
 };
 
@@ -72,6 +73,9 @@ pub struct SyncLoop<C: Cluster> {
     /// Events on the objects intent touched (conflicts, deletions, refusals of existing
     /// objects); `None` to publish none.
     pub recorder: Option<Recorder>,
+    /// Where `known` and the undelivered acknowledgements survive a restart or a leader
+    /// change; `None` keeps them in memory only (tests).
+    pub ledger_store: Option<LedgerStore>,
 }
 
 struct Resync {
@@ -131,6 +135,9 @@ impl<C: Cluster> SyncLoop<C> {
         }
         self.health.set_caches_synced();
         let mut ledger = AckLedger::new();
+        // Read back before the first document is processed, and again by each new leader:
+        // another replica may have processed documents since.
+        let mut ledger_loaded = self.ledger_store.is_none();
         let mut interval = self.settings.interval;
         let mut key: Option<Redacted<String>> = None;
         let mut registered = false;
@@ -157,9 +164,15 @@ impl<C: Cluster> SyncLoop<C> {
                 self.health.set_leading(true);
                 registered = false;
                 want_resync = true;
+                ledger_loaded = self.ledger_store.is_none();
             }
 
             let step = async {
+                if !ledger_loaded && let Some(store) = &self.ledger_store {
+                    ledger = store.load().await?;
+                    tracing::info!(known = ?ledger.known(), "acknowledgement ledger read back");
+                    ledger_loaded = true;
+                }
                 let k = match &key {
                     Some(k) => k.clone(),
                     None => {
@@ -345,6 +358,11 @@ impl<C: Cluster> SyncLoop<C> {
             Some(r) => !r.remaining.is_empty(),
             None => self.status.with(|c| c.pending()) > reports.len(),
         };
+        // Nothing leaves before it is recorded: an acknowledgement Odoo holds for a document
+        // the next process (or leader) does not know of would let that document run again.
+        if let Some(store) = &self.ledger_store {
+            store.save(ledger).await?;
+        }
         let acks = ledger.outgoing();
         let params = SyncParams {
             protocol_version: PROTOCOL_VERSION,
@@ -403,7 +421,7 @@ impl<C: Cluster> SyncLoop<C> {
                     "the control plane's answer does not follow the protocol; nothing applied"
                 );
                 let hold = retry_hold.as_ref().map(|(cursor, at)| (cursor, at.elapsed()));
-                match malformed_step(value.get("desired"), ledger.known(), hold, interval) {
+                match malformed_step(value.get("desired"), ledger, hold, interval) {
                     MalformedStep::Refuse(cursor) => {
                         let ack =
                             refuse_malformed(cursor.epoch.clone(), cursor.revision, e.to_string(), Timestamp::now());
@@ -428,7 +446,7 @@ impl<C: Cluster> SyncLoop<C> {
         outcome.resync_requested = result.resync_requested;
         if let Some(doc) = result.desired {
             let cursor = doc.cursor();
-            match decide(ledger.known(), &cursor) {
+            match ledger.decide(&cursor) {
                 Decision::Apply => {
                     if !self.gate.is_leader() {
                         return Ok(outcome);
@@ -491,7 +509,7 @@ enum MalformedStep {
 /// with the time since.
 fn malformed_step(
     desired: Option<&serde_json::Value>,
-    known: Option<&protocol::Cursor>,
+    ledger: &AckLedger,
     hold: Option<(&protocol::Cursor, Duration)>,
     interval: Duration,
 ) -> MalformedStep {
@@ -502,7 +520,7 @@ fn malformed_step(
     if hold.is_some_and(|(held, since)| *held == cursor && since < interval) {
         return MalformedStep::Ignore("refused within this interval");
     }
-    match decide(known, &cursor) {
+    match ledger.decide(&cursor) {
         Decision::Apply => MalformedStep::Refuse(cursor),
         Decision::AlreadyProcessed => MalformedStep::Ignore("already refused"),
         Decision::Stale => MalformedStep::Ignore("older than the document already processed"),
@@ -536,7 +554,7 @@ mod malformed_tests {
         let doc = |epoch: &str, revision: Value| json!({"epoch": epoch, "revision": revision, "applications": "nope"});
         use serde_json::Value;
         let (known, held) = (c("e1", 7), c("e1", 8));
-        let cases: Vec<Case<'_>> = vec![
+        let mut cases: Vec<Case<'_>> = vec![
             (
                 "newer: refused",
                 Some(doc("e1", json!(8))),
@@ -581,12 +599,23 @@ mod malformed_tests {
                 MalformedStep::Fail,
             ),
         ];
+        let mut ledger = AckLedger::new();
+        for (epoch, revision) in [("e0", 3), (known.epoch.as_str(), known.revision)] {
+            ledger.record(refuse_malformed(
+                epoch.into(),
+                revision,
+                String::new(),
+                Timestamp::UNIX_EPOCH,
+            ));
+        }
+        cases.push((
+            "of an epoch left since: stale, not a new epoch",
+            Some(doc("e0", json!(4))),
+            None,
+            MalformedStep::Ignore("older than the document already processed"),
+        ));
         for (name, desired, hold, want) in cases {
-            assert_eq!(
-                malformed_step(desired.as_ref(), Some(&known), hold, minute),
-                want,
-                "{name}"
-            );
+            assert_eq!(malformed_step(desired.as_ref(), &ledger, hold, minute), want, "{name}");
         }
     }
 }

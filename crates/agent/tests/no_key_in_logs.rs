@@ -109,6 +109,7 @@ async fn run_agent(url: &str, key: &str, metrics: &Metrics, run_for: Duration) {
         health: Health::new(Readiness::new(), AgentMetrics::register(metrics), None, json!({})),
         gate: LeaderGate::always_leader(),
         recorder: None,
+        ledger_store: None,
         settings: SyncSettings {
             interval: Duration::from_millis(200),
             report_delay: Duration::from_millis(10),

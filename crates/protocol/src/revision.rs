@@ -17,8 +17,16 @@
 //!    acknowledgement of an older revision of the same epoch leaves it), and a cursor whose
 //!    epoch is not a valid epoch never becomes `known`: a refused document with a garbled
 //!    epoch must not switch the stale-revision rule off for the real one.
+//! 6. An epoch the agent has left is never entered again: when `known` moves to a new
+//!    epoch, the old one is retired, and a document of a retired epoch is stale (a delayed
+//!    push of the old sequence must not look like a new one).
+//! 7. `known`, the retired epochs and the acknowledgements not yet delivered survive
+//!    restarts and leader changes ([`LedgerRecord`]): the agent records them before an
+//!    acknowledgement leaves it, and reads them back before it processes a document.
 
 use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
 
 use crate::messages::{Cursor, DocumentAck, DocumentOutcome};
 
@@ -44,20 +52,96 @@ pub fn decide(known: Option<&Cursor>, incoming: &Cursor) -> Decision {
     }
 }
 
-/// Acknowledgements still to be delivered, and the `known` cursor.
+/// Acknowledgements still to be delivered, the `known` cursor and the retired epochs.
 #[derive(Clone, Debug, Default)]
 pub struct AckLedger {
     known: Option<Cursor>,
+    retired: VecDeque<String>,
     pending: VecDeque<DocumentAck>,
+    /// Changes made, and the count when last recorded durably ([`AckLedger::unsaved`]).
+    changes: u64,
+    saved: u64,
 }
 
 /// Most acknowledgements kept pending; older ones are superseded by newer revisions.
 pub const MAX_PENDING_ACKS: usize = 16;
 
+/// Most retired epochs remembered (an epoch changes when Odoo's cluster record is created
+/// or its database restored: a handful in a cluster's life).
+pub const MAX_RETIRED_EPOCHS: usize = 32;
+
+/// What survives a restart or a leader change (rule 7), as the agent stores it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LedgerRecord {
+    /// The last document processed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known: Option<Cursor>,
+    /// Epochs left, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired_epochs: Vec<String>,
+    /// Acknowledgements not known to be delivered, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acks: Vec<DocumentAck>,
+}
+
 impl AckLedger {
-    /// An empty ledger (agent start: nothing known).
+    /// An empty ledger (nothing ever processed, or its record lost).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The ledger as recorded: what it holds is taken as already saved. Entries that break
+    /// the rules (an invalid epoch as `known`) are dropped rather than trusted.
+    pub fn from_record(record: LedgerRecord) -> Self {
+        let mut retired: VecDeque<String> = record
+            .retired_epochs
+            .into_iter()
+            .filter(|e| crate::validate::epoch_ok(e))
+            .collect();
+        while retired.len() > MAX_RETIRED_EPOCHS {
+            retired.pop_front();
+        }
+        let known = record
+            .known
+            .filter(|k| crate::validate::epoch_ok(&k.epoch) && !retired.contains(&k.epoch));
+        let mut pending: VecDeque<DocumentAck> = record.acks.into_iter().collect();
+        while pending.len() > MAX_PENDING_ACKS {
+            pending.pop_front();
+        }
+        Self {
+            known,
+            retired,
+            pending,
+            changes: 0,
+            saved: 0,
+        }
+    }
+
+    /// What to store, with the change count to pass to [`AckLedger::saved`] once stored.
+    /// Only the newest acknowledgements that fit in `max_bytes` (serialised) are kept; the
+    /// second value counts those left out (they stay pending in memory).
+    pub fn record_within(&self, max_bytes: usize) -> (LedgerRecord, usize, u64) {
+        let mut record = LedgerRecord {
+            known: self.known.clone(),
+            retired_epochs: self.retired.iter().cloned().collect(),
+            acks: self.pending.iter().cloned().collect(),
+        };
+        let mut left_out = 0;
+        while !record.acks.is_empty() && serde_json::to_vec(&record).map_or(usize::MAX, |v| v.len()) > max_bytes {
+            record.acks.remove(0);
+            left_out += 1;
+        }
+        (record, left_out, self.changes)
+    }
+
+    /// Whether something changed since it was last recorded.
+    pub fn unsaved(&self) -> bool {
+        self.changes != self.saved
+    }
+
+    /// The record taken at change count `changes` was stored.
+    pub fn saved(&mut self, changes: u64) {
+        self.saved = self.saved.max(changes);
     }
 
     /// The cursor to send as `known`.
@@ -65,7 +149,15 @@ impl AckLedger {
         self.known.as_ref()
     }
 
-    /// Records the outcome of a processed document (rules 4 and 5). An ack for the same
+    /// Rules 3 and 6: [`decide`], with a document of a retired epoch stale.
+    pub fn decide(&self, incoming: &Cursor) -> Decision {
+        if self.retired.contains(&incoming.epoch) {
+            return Decision::Stale;
+        }
+        decide(self.known.as_ref(), incoming)
+    }
+
+    /// Records the outcome of a processed document (rules 4 to 6). An ack for the same
     /// cursor replaces the pending one.
     pub fn record(&mut self, ack: DocumentAck) {
         let cursor = Cursor {
@@ -74,8 +166,14 @@ impl AckLedger {
         };
         if matches!(ack.outcome, DocumentOutcome::Applied | DocumentOutcome::Refused)
             && crate::validate::epoch_ok(&cursor.epoch)
-            && decide(self.known.as_ref(), &cursor) == Decision::Apply
+            && self.decide(&cursor) == Decision::Apply
         {
+            if let Some(left) = self.known.take().filter(|k| k.epoch != cursor.epoch) {
+                self.retired.push_back(left.epoch);
+                while self.retired.len() > MAX_RETIRED_EPOCHS {
+                    self.retired.pop_front();
+                }
+            }
             self.known = Some(cursor);
         }
         self.pending
@@ -84,6 +182,7 @@ impl AckLedger {
         while self.pending.len() > MAX_PENDING_ACKS {
             self.pending.pop_front();
         }
+        self.changes += 1;
     }
 
     /// The acknowledgements to put in the next sync, oldest first.
@@ -91,10 +190,22 @@ impl AckLedger {
         self.pending.iter().cloned().collect()
     }
 
+    /// The acknowledgement held for `cursor`, if any (a repeated push is answered with it).
+    pub fn ack_of(&self, cursor: &Cursor) -> Option<&DocumentAck> {
+        self.pending
+            .iter()
+            .rev()
+            .find(|a| a.epoch == cursor.epoch && a.revision == cursor.revision)
+    }
+
     /// A sync carrying `sent` succeeded: those acks are delivered. Acks recorded since
     /// (not in `sent`) stay pending.
     pub fn delivered(&mut self, sent: &[DocumentAck]) {
+        let before = self.pending.len();
         self.pending.retain(|p| !sent.contains(p));
+        if self.pending.len() != before {
+            self.changes += 1;
+        }
     }
 
     /// Number of pending acknowledgements.
@@ -200,5 +311,98 @@ mod tests {
         }
         assert_eq!(l.pending_len(), MAX_PENDING_ACKS);
         assert_eq!(l.outgoing()[0].revision, 40 - MAX_PENDING_ACKS as u64 + 1);
+    }
+
+    #[test]
+    fn a_left_epoch_is_never_entered_again() {
+        let mut l = AckLedger::new();
+        l.record(ack("a", 50, DocumentOutcome::Applied));
+        l.record(ack("b", 1, DocumentOutcome::Applied));
+        assert_eq!(l.known(), Some(&c("b", 1)));
+        // A delayed push of the old sequence is not a new epoch.
+        assert_eq!(l.decide(&c("a", 51)), Decision::Stale);
+        l.record(ack("a", 51, DocumentOutcome::Refused));
+        assert_eq!(l.known(), Some(&c("b", 1)), "a refusal cannot reopen a retired epoch");
+        assert_eq!(l.decide(&c("c", 1)), Decision::Apply, "a new epoch is still taken");
+    }
+
+    #[test]
+    fn the_record_survives_a_restart_with_the_revision_rule() {
+        let mut l = AckLedger::new();
+        l.record(ack("a", 4, DocumentOutcome::Applied));
+        l.record(ack("b", 7, DocumentOutcome::Applied));
+        assert!(l.unsaved());
+        let (record, left_out, changes) = l.record_within(usize::MAX);
+        assert_eq!(left_out, 0);
+        l.saved(changes);
+        assert!(!l.unsaved());
+        // Stored as JSON and read back by the next process (or the next leader).
+        let stored = serde_json::to_string(&record).unwrap();
+        let back = AckLedger::from_record(serde_json::from_str(&stored).unwrap());
+        assert!(!back.unsaved());
+        assert_eq!(back.known(), Some(&c("b", 7)));
+        assert_eq!(
+            back.decide(&c("b", 6)),
+            Decision::Stale,
+            "a delayed retry of revision 6"
+        );
+        assert_eq!(back.decide(&c("a", 5)), Decision::Stale, "the retired epoch");
+        assert_eq!(back.decide(&c("b", 7)), Decision::AlreadyProcessed);
+        assert_eq!(
+            back.ack_of(&c("b", 7)).map(|a| a.revision),
+            Some(7),
+            "a repeated push is answered with its acknowledgement"
+        );
+        assert_eq!(back.outgoing().len(), 2, "undelivered acks go again");
+    }
+
+    #[test]
+    fn delivering_acks_is_a_change_to_record() {
+        let mut l = AckLedger::new();
+        l.record(ack("a", 1, DocumentOutcome::Applied));
+        let (_, _, changes) = l.record_within(usize::MAX);
+        l.saved(changes);
+        l.delivered(&[]);
+        assert!(!l.unsaved(), "nothing delivered, nothing to record");
+        let sent = l.outgoing();
+        l.delivered(&sent);
+        assert!(l.unsaved());
+    }
+
+    #[test]
+    fn the_record_fits_its_budget_by_leaving_out_the_oldest_acks() {
+        let mut l = AckLedger::new();
+        for r in 1..=5 {
+            let mut a = ack("a", r, DocumentOutcome::Applied);
+            a.message = Some("x".repeat(1000));
+            l.record(a);
+        }
+        let (record, left_out, _) = l.record_within(2500);
+        assert_eq!(left_out, 3);
+        assert_eq!(record.acks.iter().map(|a| a.revision).collect::<Vec<_>>(), [4, 5]);
+        assert_eq!(record.known, Some(c("a", 5)));
+        let (record, left_out, _) = l.record_within(10);
+        assert_eq!(
+            (record.acks.len(), left_out),
+            (0, 5),
+            "known is kept even when no ack fits"
+        );
+    }
+
+    #[test]
+    fn a_record_that_breaks_the_rules_is_not_trusted() {
+        let back = AckLedger::from_record(LedgerRecord {
+            known: Some(c("bad epoch!", 9)),
+            retired_epochs: vec!["ok".into(), "not ok!".into()],
+            acks: vec![],
+        });
+        assert_eq!(back.known(), None);
+        assert_eq!(back.decide(&c("ok", 1)), Decision::Stale);
+        let retired_known = AckLedger::from_record(LedgerRecord {
+            known: Some(c("a", 3)),
+            retired_epochs: vec!["a".into()],
+            acks: vec![],
+        });
+        assert_eq!(retired_known.known(), None, "known cannot be in a retired epoch");
     }
 }

@@ -15,9 +15,9 @@ use kube::runtime::events::Recorder;
 use protocol::{
     PROTOCOL_VERSION, ProtocolVersion,
     error::{OdooError, names},
-    messages::{AgentInfo, ClusterIdentity, Cursor, DesiredState, DocumentAck},
+    messages::{AgentInfo, ClusterIdentity, Cursor, DesiredState},
     push::{ApplyParams, ApplyResult, StatusParams, StatusResult, error_names},
-    revision::{AckLedger, Decision, decide},
+    revision::{AckLedger, Decision},
 };
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -30,6 +30,7 @@ use super::{
 use crate::{
     apply::{Cluster, apply_received, cursor_of, refuse_malformed},
     health::{Health, Transition},
+    ledger_store::{LedgerStore, StoreError},
     status::SharedStatus,
     sync::allowed_list,
 };
@@ -99,6 +100,10 @@ pub struct PushState<C: Cluster> {
     /// `known` and the acknowledgements of recent documents. Locked for the whole of an
     /// apply: documents are applied one at a time, in the order they arrive.
     pub ledger: Mutex<AckLedger>,
+    /// Where the ledger survives restarts and leader changes: read back under the lock
+    /// before every document (another replica may have led since), recorded before an
+    /// acknowledgement is answered. `None` keeps it in memory only (tests).
+    pub ledger_store: Option<LedgerStore>,
 }
 
 impl<C: Cluster> PushState<C> {
@@ -161,6 +166,24 @@ impl<C: Cluster> PushState<C> {
         }
     }
 
+    /// The ledger, locked and read back from its store (another replica may have processed
+    /// documents since this one last led).
+    async fn current_ledger(&self) -> Result<tokio::sync::MutexGuard<'_, AckLedger>, ApiError> {
+        let mut ledger = self.ledger.lock().await;
+        if let Some(store) = &self.ledger_store {
+            *ledger = store.load().await.map_err(ledger_unavailable)?;
+        }
+        Ok(ledger)
+    }
+
+    /// Records the ledger before its acknowledgement is answered.
+    async fn save_ledger(&self, ledger: &mut AckLedger) -> Result<(), ApiError> {
+        match &self.ledger_store {
+            Some(store) => store.save(ledger).await.map_err(ledger_unavailable),
+            None => Ok(()),
+        }
+    }
+
     pub(super) async fn persist_health(&self) {
         let known = self.ledger.lock().await.known().map(ToString::to_string);
         self.health.persist(known).await;
@@ -200,8 +223,8 @@ impl<C: Cluster> PushState<C> {
                 // is not refused again, so a delayed push cannot reopen processed revisions.
                 let cursor = protocol::Cursor { epoch, revision };
                 let ack = {
-                    let mut ledger = self.ledger.lock().await;
-                    match decide(ledger.known(), &cursor) {
+                    let mut ledger = self.current_ledger().await?;
+                    let ack = match ledger.decide(&cursor) {
                         Decision::Apply => {
                             let ack = refuse_malformed(
                                 cursor.epoch.clone(),
@@ -213,12 +236,14 @@ impl<C: Cluster> PushState<C> {
                             ledger.record(ack.clone());
                             ack
                         }
-                        Decision::AlreadyProcessed => match recorded_ack(&ledger, &cursor) {
-                            Some(ack) => ack,
+                        Decision::AlreadyProcessed => match ledger.ack_of(&cursor) {
+                            Some(ack) => ack.clone(),
                             None => return Err(stale(&cursor, ledger.known())),
                         },
                         Decision::Stale => return Err(stale(&cursor, ledger.known())),
-                    }
+                    };
+                    self.save_ledger(&mut ledger).await?;
+                    ack
                 };
                 self.pushed().await;
                 return Ok(ApplyResult {
@@ -229,8 +254,8 @@ impl<C: Cluster> PushState<C> {
         };
         let cursor = doc.cursor();
         let ack = {
-            let mut ledger = self.ledger.lock().await;
-            match decide(ledger.known(), &cursor) {
+            let mut ledger = self.current_ledger().await?;
+            let ack = match ledger.decide(&cursor) {
                 Decision::Apply => {
                     // Leadership may have moved while waiting for the ledger.
                     self.leader()?;
@@ -247,10 +272,10 @@ impl<C: Cluster> PushState<C> {
                 }
                 // A repeated push (its answer was lost): the same acknowledgement again,
                 // nothing written.
-                Decision::AlreadyProcessed => match recorded_ack(&ledger, &cursor) {
+                Decision::AlreadyProcessed => match ledger.ack_of(&cursor) {
                     Some(ack) => {
                         tracing::debug!(revision = %cursor, "document already processed; acknowledged again");
-                        ack
+                        ack.clone()
                     }
                     None => return Err(stale(&cursor, ledger.known())),
                 },
@@ -262,7 +287,11 @@ impl<C: Cluster> PushState<C> {
                     );
                     return Err(stale(&cursor, ledger.known()));
                 }
-            }
+            };
+            // Answered only once recorded: a retry after an unrecorded apply is applied
+            // again (idempotent), never acknowledged from memory alone.
+            self.save_ledger(&mut ledger).await?;
+            ack
         };
         self.pushed().await;
         Ok(ApplyResult {
@@ -309,7 +338,10 @@ impl<C: Cluster> PushState<C> {
         });
         self.health.metrics().sent(reports.len(), 0);
         self.health.metrics().pending(self.status.with(|c| c.pending()));
-        let known = self.ledger.lock().await.known().cloned();
+        let known = match self.current_ledger().await {
+            Ok(ledger) => ledger.known().cloned(),
+            Err(_) => self.ledger.lock().await.known().cloned(),
+        };
         self.pushed().await;
         Ok(StatusResult {
             protocol_version: PROTOCOL_VERSION,
@@ -325,12 +357,16 @@ impl<C: Cluster> PushState<C> {
     }
 }
 
-fn recorded_ack(ledger: &AckLedger, cursor: &Cursor) -> Option<DocumentAck> {
-    ledger
-        .outgoing()
-        .into_iter()
-        .rev()
-        .find(|a| a.epoch == cursor.epoch && a.revision == cursor.revision)
+fn ledger_unavailable(e: StoreError) -> ApiError {
+    tracing::error!(reason = e.reason(), error = %e, "the acknowledgement ledger cannot be read or recorded; nothing answered");
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        error_names::SERVICE_UNAVAILABLE,
+        format!(
+            "{}: the agent cannot read or record its acknowledgement ledger; retry",
+            e.reason()
+        ),
+    )
 }
 
 fn stale(cursor: &Cursor, known: Option<&Cursor>) -> ApiError {

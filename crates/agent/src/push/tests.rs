@@ -143,6 +143,7 @@ fn harness_with(leader: bool, ttl: Duration, min_reload: Duration) -> Harness {
         max_body: 64 * 1024,
         batch_size: 2,
         ledger: Default::default(),
+        ledger_store: None,
     });
     Harness {
         state,
