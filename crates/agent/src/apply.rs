@@ -407,7 +407,12 @@ async fn resolve_conflict<C: Cluster>(
     a
 }
 
-async fn create_operation<C: Cluster>(cluster: &C, op: &OperationIntent) -> ObjectAck {
+async fn create_operation<C: Cluster>(
+    cluster: &C,
+    op: &OperationIntent,
+    generated_at: Option<Timestamp>,
+    now: Timestamp,
+) -> ObjectAck {
     let base = ack(ObjectKind::Operation, &op.namespace, &op.name, ObjectOutcome::Applied);
     let spec = match serde_json::to_value(&op.spec) {
         Ok(v) => v,
@@ -433,6 +438,16 @@ async fn create_operation<C: Cluster>(cluster: &C, op: &OperationIntent) -> Obje
         }
         Ok(None) => {}
         Err(e) => return with_error(base, e),
+    }
+    // Checked at creation only: an existing Operation was created in time.
+    if let Some(late) =
+        protocol::lateness::undated_operation_too_late(op.spec.deadline.as_ref().map(|d| d.0), generated_at, now)
+    {
+        let mut a = base;
+        a.outcome = ObjectOutcome::Refused;
+        a.reason = Some(late.reason.to_owned());
+        a.message = Some(late.message);
+        return a;
     }
     let body = json!({
         "apiVersion": api::API_VERSION,
@@ -538,7 +553,7 @@ pub async fn apply_document<C: Cluster>(
     for action in plan(doc, allows) {
         objects.push(match action {
             Action::ApplyApplication(app) => apply_application(cluster, app).await,
-            Action::CreateOperation(op) => create_operation(cluster, op).await,
+            Action::CreateOperation(op) => create_operation(cluster, op, doc.generated_at, now()).await,
             Action::Delete(del) => delete_object(cluster, del).await,
             Action::Refuse(ack) => *ack,
         });

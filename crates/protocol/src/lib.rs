@@ -18,8 +18,8 @@
 //! What this crate holds, all pure (no runtime, no I/O):
 //!
 //! * the message types ([`messages`]), push mode's ([`push`]), and their validation with size limits ([`validate`]);
-//! * the revision and acknowledgement rules ([`revision`]) and the deletion-only-by-intent
-//!   rule ([`plan`]);
+//! * the revision and acknowledgement rules ([`revision`]), the deletion-only-by-intent
+//!   rule ([`plan`]) and the lateness rule for Operations without a deadline ([`lateness`]);
 //! * status reports built from the CRs ([`report`]);
 //! * Odoo's error object and its classification ([`error`]);
 //! * the retry policy: exponential backoff with jitter ([`backoff`]).
@@ -34,6 +34,7 @@
 /// backoff of the workspace.
 pub use api::backoff;
 pub mod error;
+pub mod lateness;
 pub mod maintenance;
 pub mod messages;
 pub mod plan;

@@ -567,4 +567,10 @@ pub mod reasons {
     pub const INVALID_DOCUMENT: &str = "InvalidDocument";
     /// Document refused: it could not be parsed.
     pub const MALFORMED_DOCUMENT: &str = "MalformedDocument";
+    /// Refused: an Operation without `deadline` in a document without `generated_at`
+    /// (nothing bounds how late it would run; [`crate::lateness`]).
+    pub const DEADLINE_REQUIRED: &str = "DeadlineRequired";
+    /// Refused: an Operation without `deadline` in a document generated more than an hour
+    /// ago ([`crate::lateness`]): not started late.
+    pub const EXPIRED: &str = "Expired";
 }

@@ -369,6 +369,38 @@ fn document_ack_refused_whole() {
     );
 }
 
+/// An Operation without `deadline` from a document generated more than an hour before the
+/// agent processed it: not created (protocol.md, the document's rules; `protocol::lateness`).
+#[test]
+fn document_ack_undated_operation_too_late() {
+    let generated_at = ts("2026-11-21T08:00:00Z");
+    let processed_at = ts("2026-11-21T10:07:00Z");
+    let late = protocol::lateness::undated_operation_too_late(None, Some(generated_at), processed_at)
+        .expect("two hours old");
+    golden(
+        "document_ack_undated_operation_expired.json",
+        &DocumentAck {
+            epoch: "c7-20261120".into(),
+            revision: 15,
+            outcome: DocumentOutcome::Applied,
+            reason: None,
+            message: None,
+            processed_at,
+            objects: vec![ObjectAck {
+                kind: ObjectKind::Operation,
+                namespace: "team-a".into(),
+                name: "wiki-restart-db".into(),
+                outcome: ObjectOutcome::Refused,
+                reason: Some(late.reason.into()),
+                message: Some(late.message),
+                uid: None,
+                generation: None,
+                conflict: None,
+            }],
+        },
+    );
+}
+
 #[test]
 fn errors() {
     golden(

@@ -152,6 +152,10 @@ fn doc(revision: u64, v: Value) -> DesiredState {
     let mut v = v;
     v["epoch"] = json!("e1");
     v["revision"] = json!(revision);
+    if v.get("generated_at").is_none() {
+        // As recent as `run`'s clock.
+        v["generated_at"] = json!(Timestamp::UNIX_EPOCH);
+    }
     serde_json::from_value(v).unwrap()
 }
 
@@ -471,4 +475,60 @@ fn conflict_messages_parse() {
         parse_conflict("Apply failed with 1 conflict: conflict with \"kubectl\" with subresource \"\": .spec.timeout");
     assert_eq!(fields, [".spec.timeout"]);
     assert_eq!(managers, ["kubectl"]);
+}
+
+/// Issue 18, item 2: an Operation without a deadline that arrives days late does not run.
+#[tokio::test]
+async fn an_undated_operation_from_an_old_document_is_not_created() {
+    let fake = Arc::new(Fake::default());
+    let now: Timestamp = "2026-11-26T12:00:00Z".parse().unwrap();
+    let at = |generated_at: &str, ops: Value| {
+        let mut d = doc(1, json!({"operations": ops}));
+        d.generated_at = Some(generated_at.parse().unwrap());
+        d
+    };
+    let two_days_old = at("2026-11-24T12:00:00Z", json!([op("team-a", "late", "r1")]));
+    let ack = apply_document(&fake, &two_days_old, |_| true, || now).await;
+    assert_eq!(
+        outcomes(&ack),
+        [("team-a/late".into(), ObjectOutcome::Refused, Some("Expired".into()))]
+    );
+    assert!(fake.ops.lock().unwrap().is_empty(), "nothing created");
+
+    let mut dated = op("team-a", "dated", "r2");
+    dated["spec"]["deadline"] = json!("2026-11-26T13:00:00Z");
+    let recent = at(
+        "2026-11-26T11:59:00Z",
+        json!([op("team-a", "late", "r1"), dated.clone()]),
+    );
+    let ack = apply_document(&fake, &recent, |_| true, || now).await;
+    assert_eq!(
+        outcomes(&ack),
+        [
+            ("team-a/late".into(), ObjectOutcome::Applied, None),
+            ("team-a/dated".into(), ObjectOutcome::Applied, None)
+        ]
+    );
+    // Once created, the same intent in an old document is the normal re-send: unchanged.
+    let resent = at("2026-11-20T00:00:00Z", json!([op("team-a", "late", "r1"), dated]));
+    let ack = apply_document(&fake, &resent, |_| true, || now).await;
+    assert_eq!(
+        outcomes(&ack),
+        [
+            ("team-a/late".into(), ObjectOutcome::Unchanged, None),
+            ("team-a/dated".into(), ObjectOutcome::Unchanged, None)
+        ]
+    );
+
+    let mut undated = doc(2, json!({"operations": [op("team-a", "nodate", "r3")]}));
+    undated.generated_at = None;
+    let ack = apply_document(&fake, &undated, |_| true, || now).await;
+    assert_eq!(
+        outcomes(&ack),
+        [(
+            "team-a/nodate".into(),
+            ObjectOutcome::Refused,
+            Some("DeadlineRequired".into())
+        )]
+    );
 }
