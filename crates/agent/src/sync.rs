@@ -149,6 +149,12 @@ impl<C: Cluster> SyncLoop<C> {
         // An incomplete document comes back at every sync (its cursor stays unknown): it is
         // retried once per interval, not in a tight loop.
         let mut retry_hold: Option<(protocol::Cursor, tokio::time::Instant)> = None;
+        // Odoo's limit on reports per call (register and sync answers), and a cap after
+        // Odoo refused a call carrying several (a limit lowered without being announced).
+        let mut odoo_limit: Option<usize> = None;
+        let mut refused_cap: Option<usize> = None;
+        let mut batch = Batch::default();
+        let mut resync_started: Option<tokio::time::Instant> = None;
 
         loop {
             if shutdown.is_cancelled() {
@@ -193,6 +199,10 @@ impl<C: Cluster> SyncLoop<C> {
                     if let Some(s) = r.sync_interval_seconds.filter(|s| (5..=3600).contains(s)) {
                         interval = Duration::from_secs(u64::from(s));
                     }
+                    if let Some(limit) = r.max_reports_per_sync {
+                        odoo_limit = Some(limit_of(limit));
+                        refused_cap = None;
+                    }
                     registered = true;
                 }
                 if want_resync && resync.is_none() {
@@ -212,26 +222,38 @@ impl<C: Cluster> SyncLoop<C> {
                         covered_version,
                     });
                     want_resync = false;
+                    resync_started = Some(tokio::time::Instant::now());
                 }
-                self.sync_once(&k, &mut ledger, &mut resync, &mut streak, &mut retry_hold, interval)
+                batch = Batch {
+                    size: batch_size(self.settings.batch_size, odoo_limit, refused_cap),
+                    sent: 0,
+                    interval,
+                };
+                self.sync_once(&k, &mut ledger, &mut resync, &mut streak, &mut retry_hold, &mut batch)
                     .await
             };
             let result = step.await;
             let more = match result {
                 Ok(outcome) => {
+                    if let Some(limit) = outcome.max_reports {
+                        odoo_limit = Some(limit_of(limit));
+                        refused_cap = None;
+                    }
                     if let Some(secs) = outcome.next_sync {
                         interval = Duration::from_secs(u64::from(secs.clamp(1, 3600)));
                     }
+                    let mut more = outcome.more;
                     if outcome.resync_requested {
                         want_resync = true;
+                        // Served at once, but a resync starts at most once per interval: a
+                        // control plane that keeps asking cannot make the agent spin.
+                        more |= resync.is_none() && resync_started.is_none_or(|at| at.elapsed() >= interval);
                     }
                     if self.health.success() == Transition::Changed {
                         tracing::info!(url = self.client.base_url(), "in sync with the control plane");
                         self.health.persist(ledger.known().map(ToString::to_string)).await;
                     }
-                    // A requested resync starts with the next periodic sync: a control plane
-                    // that keeps asking cannot make the agent spin.
-                    outcome.more
+                    more
                 }
                 Err(err) => {
                     let reason = err.reason();
@@ -240,6 +262,13 @@ impl<C: Cluster> SyncLoop<C> {
                         Some(ErrorClass::Unauthorized) => {
                             // Re-read the key: it may have been rotated.
                             key = None;
+                            registered = false;
+                        }
+                        // Odoo refused a call carrying several reports: its limit may have
+                        // been lowered. Send half as many, and register again, which
+                        // answers the limit in force.
+                        Some(ErrorClass::Rejected) if batch.sent > 1 => {
+                            refused_cap = Some((batch.sent / 2).max(1));
                             registered = false;
                         }
                         _ => {}
@@ -261,14 +290,21 @@ impl<C: Cluster> SyncLoop<C> {
                     s.reason = reason.to_owned();
                     s.message = err.to_string();
                     let (transition, failures) = self.health.failure(reason, err.to_string(), err.needs_attention());
-                    let attempt = if err.needs_attention() {
+                    let shrinking = matches!(err.class(), Some(ErrorClass::Rejected)) && batch.sent > 1;
+                    let attempt = if err.needs_attention() && !shrinking {
                         // Someone has to act (a key, the module, versions): retry about
                         // once a minute, so a fix is picked up soon without hammering.
                         6
                     } else {
                         failures.saturating_sub(1)
                     };
-                    let delay = self.settings.backoff.delay(attempt, fastrand::f64());
+                    // "Register first" is answered by registering at once, once; only a
+                    // repeated one backs off.
+                    let delay = if matches!(err.class(), Some(ErrorClass::NotRegistered)) && failures == 1 {
+                        Duration::ZERO
+                    } else {
+                        self.settings.backoff.delay(attempt, fastrand::f64())
+                    };
                     tracing::error!(
                         reason,
                         error = %err,
@@ -279,6 +315,8 @@ impl<C: Cluster> SyncLoop<C> {
                     if transition == Transition::Changed {
                         self.health.persist(ledger.known().map(ToString::to_string)).await;
                     }
+                    // What waits while the control plane is away.
+                    self.health.metrics().pending(self.status.with(|c| c.pending()));
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = shutdown.cancelled() => return,
@@ -338,9 +376,9 @@ impl<C: Cluster> SyncLoop<C> {
         resync: &mut Option<Resync>,
         streak: &mut Option<AgentError>,
         retry_hold: &mut Option<(protocol::Cursor, tokio::time::Instant)>,
-        interval: Duration,
+        batch: &mut Batch,
     ) -> Result<SyncOutcome, CallError> {
-        let batch_size = self.settings.batch_size.max(1);
+        let (batch_size, interval) = (batch.size, batch.interval);
         let (reports, marker, delta_versions): (Vec<Taken>, Option<ResyncMarker>, bool) = match resync.as_mut() {
             Some(r) => {
                 let take = r.remaining.len().min(batch_size);
@@ -376,6 +414,7 @@ impl<C: Cluster> SyncLoop<C> {
             last_error: streak.clone(),
         };
         let bytes = serde_json::to_vec(&params).map(|v| v.len()).unwrap_or_default();
+        batch.sent = params.reports.len();
         // On failure the caller restarts with a full resync, so nothing sent here is lost.
         let value = self.client.call(key, METHOD_SYNC, &params).await?;
 
@@ -412,6 +451,11 @@ impl<C: Cluster> SyncLoop<C> {
             more: more_reports || resync.is_some(),
             next_sync: None,
             resync_requested: false,
+            // Read even when the rest does not parse: it is what makes the next call fit.
+            max_reports: value
+                .get("max_reports_per_sync")
+                .and_then(serde_json::Value::as_u64)
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
         };
         let result = match parsed {
             Ok(r) => r,
@@ -487,6 +531,29 @@ struct SyncOutcome {
     more: bool,
     next_sync: Option<u32>,
     resync_requested: bool,
+    max_reports: Option<u32>,
+}
+
+/// The pace of one call: how many reports may go and how many went, and the sync interval
+/// (a refused or incomplete document is retried at most once per interval).
+#[derive(Clone, Copy, Debug, Default)]
+struct Batch {
+    size: usize,
+    sent: usize,
+    interval: Duration,
+}
+
+/// Odoo's announced limit as a count (at least 1: a limit of 0 would stop status for good).
+fn limit_of(announced: u32) -> usize {
+    usize::try_from(announced).unwrap_or(usize::MAX).max(1)
+}
+
+/// Reports per call: the agent's own batch size, never more than Odoo's limit nor the cap
+/// set after Odoo refused a call carrying several.
+fn batch_size(own: usize, odoo_limit: Option<usize>, refused_cap: Option<usize>) -> usize {
+    own.min(odoo_limit.unwrap_or(usize::MAX))
+        .min(refused_cap.unwrap_or(usize::MAX))
+        .max(1)
 }
 
 /// What the pull loop does with an answer that does not parse.

@@ -130,7 +130,7 @@ impl Sim {
             cluster_id: record.id,
             server_time: now,
             sync_interval_seconds: self.config.sync_interval_seconds,
-            max_reports_per_sync: Some(MAX_REPORTS_PER_SYNC as u32),
+            max_reports_per_sync: Some(u32::try_from(self.max_reports_per_sync()).unwrap_or(u32::MAX)),
         };
         self.schedule_save();
         json_ok(&result)
@@ -154,9 +154,10 @@ impl Sim {
             let message = format!("this API key belongs to cluster {} (uid {uid})", record.name);
             return odoo_error(StatusCode::FORBIDDEN, names::CLUSTER_MISMATCH, &message);
         }
-        if params.reports.len() > MAX_REPORTS_PER_SYNC {
+        let limit = self.max_reports_per_sync();
+        if params.reports.len() > limit {
             let message = format!(
-                "reports: at most {MAX_REPORTS_PER_SYNC} reports per call (got {})",
+                "reports: at most {limit} reports per call (got {})",
                 params.reports.len()
             );
             return odoo_error(StatusCode::UNPROCESSABLE_ENTITY, names::INVALID_PARAMS, &message);
@@ -165,17 +166,15 @@ impl Sim {
         for ack in params.acks {
             record.store_ack(ack);
         }
-        if let Some(marker) = &params.resync
-            && (marker.id != record.resync.id || marker.batch == 0)
-        {
-            record.resync.id = marker.id.clone();
-            record.resync.seen.clear();
-            record.resync.completed_at = None;
-        }
+        let resync_broken = params
+            .resync
+            .as_ref()
+            .is_some_and(|marker| record.resync_marker(&marker.id, marker.batch));
         let reports_received = params.reports.len();
         record.store_reports(params.reports, params.resync.is_some(), now);
         if let Some(marker) = &params.resync
             && marker.last_batch
+            && !resync_broken
         {
             record.complete_resync(now);
         }
@@ -199,8 +198,11 @@ impl Sim {
             protocol_version: PROTOCOL_VERSION,
             server_time: now,
             desired: None,
-            resync_requested: false,
+            // A resync arriving out of order sweeps nothing: ask for a new one.
+            resync_requested: resync_broken,
             next_sync_seconds: None,
+            // An older agent ignores it (it is only an added field).
+            max_reports_per_sync: Some(u32::try_from(limit).unwrap_or(u32::MAX)),
         })
         .unwrap_or_default();
         let at_rest = carried_nothing_up && desired.is_none();

@@ -74,6 +74,9 @@ pub struct Sim {
     changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// Saves the state file in the background (`None`: no state file).
     writer: Option<Arc<StateWriter>>,
+    /// Most reports accepted per `agent_sync` now ([`MAX_REPORTS_PER_SYNC`] at start); a
+    /// module's administrator may lower it at any time.
+    report_limit: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Error of the admin API.
@@ -147,7 +150,20 @@ impl Sim {
                 clusters: 0,
             })),
             writer,
+            report_limit: Arc::new(std::sync::atomic::AtomicUsize::new(MAX_REPORTS_PER_SYNC)),
         })
+    }
+
+    /// Changes the most reports accepted per `agent_sync` (at least 1): a call carrying
+    /// more is refused `422`, and every answer announces the limit (`max_reports_per_sync`).
+    pub fn set_max_reports_per_sync(&self, limit: usize) {
+        self.report_limit
+            .store(limit.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The most reports accepted per `agent_sync` now.
+    pub fn max_reports_per_sync(&self) -> usize {
+        self.report_limit.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {

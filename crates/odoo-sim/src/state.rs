@@ -67,6 +67,35 @@ pub struct ResyncProgress {
     pub completed_at: Option<Timestamp>,
     /// Completed resyncs.
     pub completed: u64,
+    /// The batch expected next (protocol.md, "Questions a module author asks").
+    #[serde(default)]
+    pub next_batch: u32,
+    /// A batch arrived out of order (another id without batch 0, a gap, a repeat): this
+    /// resync sweeps nothing at its last batch, and the answer asks for a new one.
+    #[serde(default)]
+    pub broken: bool,
+}
+
+/// What a resync marker does to the resync in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResyncStep {
+    /// Batch 0: a new resync starts.
+    Start,
+    /// The next batch of the current resync.
+    Continue,
+    /// Out of order: the resync is abandoned.
+    Break,
+}
+
+/// The rule for a marker `(id, batch)` given the resync in progress.
+pub fn resync_step(progress: &ResyncProgress, id: &str, batch: u32) -> ResyncStep {
+    if batch == 0 {
+        ResyncStep::Start
+    } else if id == progress.id && batch == progress.next_batch && !progress.broken {
+        ResyncStep::Continue
+    } else {
+        ResyncStep::Break
+    }
 }
 
 /// One cluster record: what the Odoo model `vworkspace.cluster` holds.
@@ -153,6 +182,15 @@ impl ClusterRecord {
                 received_at: now,
                 received_at_ms: now.as_millisecond(),
             });
+            // Latest per object: a late duplicate of the same object (same uid, a smaller
+            // resource_version) does not replace what is stored.
+            if self
+                .reports
+                .get(&key)
+                .is_some_and(|stored| older(&report, &stored.report))
+            {
+                continue;
+            }
             self.reports.insert(
                 key,
                 StoredReport {
@@ -162,6 +200,25 @@ impl ClusterRecord {
                 },
             );
         }
+    }
+
+    /// Applies a resync marker; returns whether the resync in progress was abandoned.
+    pub(crate) fn resync_marker(&mut self, id: &str, batch: u32) -> bool {
+        match resync_step(&self.resync, id, batch) {
+            ResyncStep::Start => {
+                self.resync.id = id.to_owned();
+                self.resync.seen.clear();
+                self.resync.completed_at = None;
+                self.resync.next_batch = 1;
+                self.resync.broken = false;
+            }
+            ResyncStep::Continue => self.resync.next_batch += 1,
+            ResyncStep::Break => {
+                self.resync.id = id.to_owned();
+                self.resync.broken = true;
+            }
+        }
+        self.resync.broken
     }
 
     /// Ends a full resync: every object not reported during it is marked deleted.
@@ -197,4 +254,46 @@ pub(crate) fn report_key(kind: ObjectKind, namespace: &str, name: &str) -> Strin
 
 pub(crate) fn new_epoch() -> String {
     format!("sim-{}", Timestamp::now().as_millisecond())
+}
+
+/// `new` is an older state of the object than `stored`: the same uid, and a smaller
+/// `resource_version` (both read as integers; anything else is not comparable).
+fn older(new: &ObjectReport, stored: &ObjectReport) -> bool {
+    let number = |r: &ObjectReport| r.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+    new.uid.is_some() && new.uid == stored.uid && matches!((number(new), number(stored)), (Some(n), Some(s)) if n < s)
+}
+
+#[cfg(test)]
+mod resync_rule_tests {
+    use super::*;
+
+    #[test]
+    fn a_resync_out_of_order_is_abandoned() {
+        let mut r = ResyncProgress::default();
+        let mut step = |id: &str, batch: u32| {
+            let s = resync_step(&r, id, batch);
+            match s {
+                ResyncStep::Start => {
+                    r.id = id.into();
+                    r.next_batch = 1;
+                    r.broken = false;
+                }
+                ResyncStep::Continue => r.next_batch += 1,
+                ResyncStep::Break => {
+                    r.id = id.into();
+                    r.broken = true;
+                }
+            }
+            s
+        };
+        assert_eq!(step("a", 0), ResyncStep::Start);
+        assert_eq!(step("a", 1), ResyncStep::Continue);
+        assert_eq!(step("a", 3), ResyncStep::Break, "a missing batch");
+        assert_eq!(step("a", 4), ResyncStep::Break, "stays abandoned");
+        assert_eq!(step("b", 0), ResyncStep::Start, "batch 0 starts afresh");
+        assert_eq!(step("c", 1), ResyncStep::Break, "another id without batch 0");
+        assert_eq!(step("c", 0), ResyncStep::Start);
+        assert_eq!(step("c", 1), ResyncStep::Continue);
+        assert_eq!(step("c", 1), ResyncStep::Break, "a repeat");
+    }
 }

@@ -530,6 +530,7 @@ async fn calls_and_bytes_are_counted_and_syncs_at_rest_told_apart() {
         desired: None,
         resync_requested: false,
         next_sync_seconds: None,
+        max_reports_per_sync: Some(crate::MAX_REPORTS_PER_SYNC as u32),
     })
     .unwrap();
     // The server time's fraction of a second may be shorter; nothing else varies.

@@ -536,6 +536,10 @@ pub struct SyncResult {
     /// Suggested delay before the next periodic sync.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_sync_seconds: Option<u32>,
+    /// (1.4) Most reports Odoo accepts per call, now: the agent sends at most that many
+    /// from its next call on, so a lowered limit reaches it without a new registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_reports_per_sync: Option<u32>,
 }
 
 /// Stable reason codes used in acknowledgements and the agent's condition.

@@ -85,8 +85,12 @@ pub fn application_state(app: &ApplicationInstance) -> ObjectState {
     // kstatus, as Flux writes it: Stalled=True is a failure; Ready=False while
     // Reconciling=True is work in progress (helm-controller says SourceNotReady while the
     // chart is still being fetched), not a failure, unless the source itself failed.
+    // A source not ready yet while the release is still in progress (Ready=Unknown with
+    // Reconciling=True: the first chart fetch) is progress; with Ready=False it failed.
+    let in_progress = condition(conditions::types::READY).is_none_or(|s| s == "Unknown")
+        && condition(conditions::types::RECONCILING) == Some("True");
     let failed = condition(conditions::types::STALLED) == Some("True")
-        || condition(conditions::types::SOURCE_READY) == Some("False");
+        || (condition(conditions::types::SOURCE_READY) == Some("False") && !in_progress);
     match (condition(conditions::types::READY), failed) {
         (Some("True"), _) => ObjectState::Ready,
         (_, true) => ObjectState::NotReady,
@@ -240,6 +244,16 @@ mod tests {
             with("False", &[("Reconciling", "True"), ("SourceReady", "False")]),
             ObjectState::NotReady,
             "a failing source is not progress"
+        );
+        assert_eq!(
+            with("Unknown", &[("Reconciling", "True"), ("SourceReady", "False")]),
+            ObjectState::Progressing,
+            "the first chart fetch of a new install (issue 18)"
+        );
+        assert_eq!(
+            with("Unknown", &[("SourceReady", "False")]),
+            ObjectState::NotReady,
+            "a source that failed, with nothing reconciling"
         );
         let mut s = app(2, Some(2), Some("True"));
         s.spec.suspend = true;

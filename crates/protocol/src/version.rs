@@ -31,7 +31,13 @@ pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 /// * 1.3: verified restores, `restore.verify` in an Operation's payload,
 ///   `spec.restoreVerification` in an application's spec, and `verification` in an
 ///   Operation's report ([`crate::verification`]).
-pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 3 };
+/// * 1.4: `max_reports_per_sync` in `agent_sync`'s answer (a lowered limit reaches the
+///   agent at its next call).
+pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 4 };
+
+/// The version that added `max_reports_per_sync` to `agent_sync`'s answer (an older agent
+/// ignores it, so Odoo may send it to any agent).
+pub const SYNC_RESULT_REPORT_LIMIT_SINCE: ProtocolVersion = ProtocolVersion { major: 1, minor: 4 };
 
 /// `MAJOR.MINOR`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,17 +104,16 @@ mod tests {
 
     #[test]
     fn parse_and_display() {
-        assert_eq!("1.3".parse(), Ok(PROTOCOL_VERSION));
+        assert_eq!("1.4".parse(), Ok(PROTOCOL_VERSION));
         assert_eq!(
-            LATEST,
-            crate::verification::SINCE,
+            LATEST, SYNC_RESULT_REPORT_LIMIT_SINCE,
             "the newest feature's version is the latest"
         );
         assert_eq!("2.13".parse::<ProtocolVersion>().unwrap().to_string(), "2.13");
         for bad in ["", "1", "1.", ".1", "1.0.0", "a.b", "-1.0", "1.+2", "999999.0"] {
             assert!(bad.parse::<ProtocolVersion>().is_err(), "{bad:?}");
         }
-        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.3\"");
+        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.4\"");
         assert!(
             serde_json::from_str::<ProtocolVersion>("1.0").is_err(),
             "a number is not a version"

@@ -335,6 +335,7 @@ fn sync_result_with_document() {
             desired: Some(document()),
             resync_requested: false,
             next_sync_seconds: Some(30),
+            max_reports_per_sync: None,
         },
     );
 }
@@ -349,6 +350,8 @@ fn sync_result_up_to_date() {
             desired: None,
             resync_requested: false,
             next_sync_seconds: None,
+            // 1.4: the limit in force, so a lowered one reaches the agent at its next call.
+            max_reports_per_sync: Some(200),
         },
     );
 }
@@ -375,8 +378,8 @@ fn document_ack_refused_whole() {
 fn document_ack_undated_operation_too_late() {
     let generated_at = ts("2026-11-21T08:00:00Z");
     let processed_at = ts("2026-11-21T10:07:00Z");
-    let late = protocol::lateness::undated_operation_too_late(None, Some(generated_at), processed_at)
-        .expect("two hours old");
+    let late =
+        protocol::lateness::undated_operation_too_late(None, Some(generated_at), processed_at).expect("two hours old");
     golden(
         "document_ack_undated_operation_expired.json",
         &DocumentAck {
@@ -460,6 +463,7 @@ fn unknown_fields_and_values_are_tolerated() {
         desired: Some(document()),
         resync_requested: false,
         next_sync_seconds: None,
+        max_reports_per_sync: None,
     })
     .unwrap();
     v["brand_new_field"] = json!({"x": 1});
@@ -513,6 +517,7 @@ fn sync_result_with_a_backup_schedule() {
             desired: Some(doc),
             resync_requested: false,
             next_sync_seconds: Some(30),
+            max_reports_per_sync: None,
         },
     );
 }
@@ -576,6 +581,7 @@ fn sync_result_with_maintenance_windows() {
             desired: Some(doc),
             resync_requested: false,
             next_sync_seconds: Some(30),
+            max_reports_per_sync: None,
         },
     );
 }
@@ -641,6 +647,7 @@ fn sync_result_with_a_verified_restore() {
             desired: Some(doc),
             resync_requested: false,
             next_sync_seconds: Some(30),
+            max_reports_per_sync: None,
         },
     );
 }

@@ -1,0 +1,209 @@
+//! Issue 18: the agent honours Odoo's `max_reports_per_sync`, and learns a lowered limit
+//! without waiting for a 401. The sync loop runs for real against the control-plane
+//! simulator (which refuses a call carrying more reports than its limit with 422, as
+//! protocol.md tells a module to), with an in-memory cluster.
+
+use std::time::Duration;
+
+use agent::{
+    apply::{Cluster, ClusterError},
+    client::{ClientConfig, ControlPlaneClient},
+    credentials::CredentialSource,
+    health::{AgentMetrics, Health},
+    status::SharedStatus,
+    sync::{SyncLoop, SyncSettings},
+};
+use api::{ApplicationInstance, Operation};
+use controller_kit::{CancellationToken, LeaderGate, Metrics, NamespacePolicy, Readiness, WatchScope};
+use odoo_sim::{Sim, SimConfig};
+use operations::revisions::AppRevision;
+use protocol::{
+    backoff::Backoff,
+    messages::{AgentInfo, AgentMode, ClusterIdentity, ObjectKind},
+};
+use serde_json::{Value, json};
+
+const KEY: &str = "k3y-l1m1t-5ec7e7-0123456789abcdef012345678";
+
+/// A cluster no document reaches (the simulator holds no intent).
+struct Untouched;
+
+impl Cluster for Untouched {
+    async fn get_application(&self, _: &str, _: &str) -> Result<Option<ApplicationInstance>, ClusterError> {
+        Ok(None)
+    }
+    async fn apply_application(&self, _: &str, _: &str, _: &Value) -> Result<ApplicationInstance, ClusterError> {
+        Err(ClusterError::Invalid("not in this test".into()))
+    }
+    async fn get_operation(&self, _: &str, _: &str) -> Result<Option<Operation>, ClusterError> {
+        Ok(None)
+    }
+    async fn apply_operation(&self, _: &str, _: &str, _: &Value) -> Result<Operation, ClusterError> {
+        Err(ClusterError::Invalid("not in this test".into()))
+    }
+    async fn delete(&self, _: ObjectKind, _: &str, _: &str, _: &str) -> Result<(), ClusterError> {
+        Ok(())
+    }
+    async fn revision_history(&self, _: &str, _: &str) -> Result<Option<Vec<AppRevision>>, ClusterError> {
+        Ok(None)
+    }
+}
+
+fn application(name: &str, greeting: &str) -> ApplicationInstance {
+    let mut app: ApplicationInstance = serde_json::from_value(json!({
+        "apiVersion": "vworkspace.io/v1alpha1", "kind": "ApplicationInstance",
+        "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
+            "resourceVersion": "1", "generation": 1},
+        "spec": {"chart": {"name": "wiki", "repository": {"url": "https://charts.example.com"}},
+            "values": {"greeting": greeting}},
+    }))
+    .unwrap();
+    app.metadata.resource_version = Some(format!("{greeting}-{name}"));
+    app
+}
+
+fn reports(greeting: &str, count: usize) -> Vec<protocol::messages::ObjectReport> {
+    (0..count)
+        .map(|i| {
+            protocol::report::application_report(&application(&format!("app-{i}"), greeting), jiff::Timestamp::now())
+        })
+        .collect()
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_sends_no_more_reports_than_odoo_accepts_and_follows_a_lowered_limit() {
+    let sim = Sim::new(SimConfig {
+        state_file: None,
+        database: None,
+        sync_interval_seconds: None,
+        offline_after: Duration::from_secs(90),
+    })
+    .unwrap();
+    sim.add_cluster("edge-1", KEY).unwrap();
+    sim.set_max_reports_per_sync(2);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(axum::serve(listener, odoo_sim::router(sim.clone())).into_future());
+
+    let key_file = std::env::temp_dir().join(format!("agent-limit-test-{}", std::process::id()));
+    std::fs::write(&key_file, KEY).unwrap();
+    let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let status = SharedStatus::new();
+    status.with(|c| {
+        c.replace_kind(
+            ObjectKind::ApplicationInstance,
+            reports("one", 7),
+            jiff::Timestamp::now(),
+        );
+        c.replace_kind(ObjectKind::Operation, vec![], jiff::Timestamp::now());
+    });
+    let metrics = Metrics::new("vworkspace");
+    let sync = SyncLoop {
+        client: ControlPlaneClient::new(&ClientConfig {
+            url,
+            database: None,
+            timeout: Duration::from_secs(2),
+            max_response_bytes: 1 << 20,
+            ca_bundle: None,
+            insecure_allow_http: true,
+        })
+        .unwrap(),
+        credentials: CredentialSource::File(key_file.clone()),
+        kube,
+        cluster: Untouched,
+        scope: WatchScope::new(NamespacePolicy::All, None).unwrap(),
+        identity: ClusterIdentity {
+            uid: "uid-cluster".into(),
+            name: "edge-1".into(),
+        },
+        agent: AgentInfo {
+            version: "0.1.0".into(),
+            instance: "agent-limit".into(),
+            mode: AgentMode::Pull,
+            started_at: jiff::Timestamp::now(),
+        },
+        status: status.clone(),
+        resync_wanted: Default::default(),
+        health: Health::new(Readiness::new(), AgentMetrics::register(&metrics), None, json!({})),
+        gate: LeaderGate::always_leader(),
+        recorder: None,
+        ledger_store: None,
+        settings: SyncSettings {
+            interval: Duration::from_millis(200),
+            report_delay: Duration::from_millis(10),
+            batch_size: 200,
+            full_resync_interval: Duration::from_secs(3600),
+            backoff: Backoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_millis(200),
+                ..Backoff::default()
+            },
+        },
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(sync.run(shutdown.clone()));
+
+    // The limit announced at registration holds from the first call (the full resync).
+    let received = |greeting: &str| {
+        sim.report_log("edge-1", 0)
+            .unwrap()
+            .iter()
+            .filter(|r| r.resource_version.as_deref().is_some_and(|v| v.starts_with(greeting)))
+            .count()
+    };
+    wait_for("the 7 reports of the resync", || received("one-") >= 7).await;
+    assert_eq!(sim.stats().sync.errors, 0, "no call was refused");
+
+    // Odoo's administrator lowers the limit to 1; the next answer announces it, so the
+    // next changes go one per call, still without a refused call.
+    sim.set_max_reports_per_sync(1);
+    wait_for("a sync answer after the change", || sim.stats().sync.calls >= 6).await;
+    let calls_before = sim.stats().sync.calls;
+    status.with(|c| {
+        for r in reports("two", 5) {
+            c.upsert(r);
+        }
+    });
+    wait_for("the 5 changes", || received("two-") >= 5).await;
+    let stats = sim.stats();
+    assert_eq!(stats.sync.errors, 0, "no call was refused: {stats:?}");
+    assert!(
+        stats.sync.calls - calls_before >= 5,
+        "one report per call: {} calls",
+        stats.sync.calls - calls_before
+    );
+
+    // A limit lowered behind the agent's back (no answer announced it yet): the first call
+    // is refused, the agent registers again (which answers the limit in force), and the
+    // rest goes within it.
+    sim.set_max_reports_per_sync(2);
+    let calls = sim.stats().sync.calls;
+    wait_for("the limit of 2 announced", || sim.stats().sync.calls >= calls + 2).await;
+    let registrations = sim.stats().register.calls;
+    sim.set_max_reports_per_sync(1);
+    status.with(|c| {
+        for r in reports("three", 4) {
+            c.upsert(r);
+        }
+    });
+    wait_for("the 4 changes", || received("three-") >= 4).await;
+    let stats = sim.stats();
+    assert!(
+        stats.sync.errors <= 1,
+        "at most the one call sent before the agent knew: {stats:?}"
+    );
+    if stats.sync.errors == 1 {
+        assert!(stats.register.calls > registrations, "it registered again: {stats:?}");
+    }
+    shutdown.cancel();
+    task.await.unwrap();
+    let _ = std::fs::remove_file(key_file);
+}
