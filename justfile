@@ -25,9 +25,12 @@ fmt:
 fmt-check:
     cargo fmt --all --check
 
-# Clippy on every crate and target, warnings are errors.
+# Clippy on every crate and target, warnings are errors; then, on the code that ships (every
+# crate's library and binaries, not tests, not the e2e harness), no path to a panic:
+# unwrap, expect, panic!, indexing and string slicing are errors there (docs/development/README.md).
 lint:
     cargo clippy --workspace --all-targets --quiet -- -D warnings
+    cargo clippy --workspace --exclude e2e --lib --bins --quiet -- -D warnings -D clippy::unwrap_used -D clippy::expect_used -D clippy::panic -D clippy::indexing_slicing -D clippy::string_slice
 
 # Dependency policy (deny.toml): licences, duplicate versions, wildcards, sources; no advisories.
 deny:

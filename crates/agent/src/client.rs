@@ -198,7 +198,8 @@ pub fn without_userinfo(url: &str) -> Option<String> {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     let at = authority.rfind('@')?;
-    let host = &authority[at + 1..];
+    // `@` is one byte, so the byte after it starts a character.
+    let host = authority.get(at + 1..).unwrap_or_default();
     Some(if scheme.is_empty() {
         format!("***@{host}{tail}")
     } else {

@@ -144,7 +144,9 @@ impl RestoreDriver {
                     .await?;
                 workloads_found.extend(list.items.into_iter().map(|o| {
                     let mut value = as_json(o);
-                    value["kind"] = Value::String(resource.kind.clone());
+                    if let Some(object) = value.as_object_mut() {
+                        object.insert("kind".to_owned(), Value::String(resource.kind.clone()));
+                    }
                     value
                 }));
             }

@@ -206,9 +206,11 @@ impl Sim {
         })
         .unwrap_or_default();
         let at_rest = carried_nothing_up && desired.is_none();
-        if let Some(d) = desired {
+        if let Some(d) = desired
+            && let Some(object) = result.as_object_mut()
+        {
             // Raw documents may deliberately not parse as a DesiredState.
-            result["desired"] = d;
+            object.insert("desired".to_owned(), d);
         }
         drop(s);
         self.count_reports(reports_received);

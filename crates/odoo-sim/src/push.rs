@@ -315,7 +315,7 @@ async fn call<T: serde::de::DeserializeOwned>(
     if !status.is_success() {
         let detail = match serde_json::from_slice::<OdooError>(&bytes) {
             Ok(e) => format!("{}: {}", e.name, e.message),
-            Err(_) => String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned(),
+            Err(_) => String::from_utf8_lossy(bytes.get(..bytes.len().min(200)).unwrap_or_default()).into_owned(),
         };
         let message = format!("HTTP {} {detail}", status.as_u16());
         return Err(if status.as_u16() == 409 {

@@ -117,7 +117,7 @@ impl Windows {
             // reaching this means the time is at the edge of what jiff represents.
             (None, None) => WindowState::Closed {
                 opens: Timestamp::MAX,
-                window: self.windows[0].description.clone(),
+                window: self.windows.first().map(|w| w.description.clone()).unwrap_or_default(),
             },
         }
     }
@@ -130,7 +130,9 @@ impl Window {
         }
         let mut days = [false; 7];
         for day in &window.days {
-            days[day.days_from_monday() as usize] = true;
+            if let Some(slot) = days.get_mut(day.days_from_monday() as usize) {
+                *slot = true;
+            }
         }
         let (hour, minute) = start_shape(&window.start)?;
         let duration = parse_duration(&window.duration)
@@ -165,7 +167,12 @@ impl Window {
         let today = now.to_zoned(self.zone.clone()).date();
         (-SCAN_DAYS..=SCAN_DAYS).filter_map(move |offset| {
             let date = today.checked_add(Span::new().days(offset)).ok()?;
-            if !self.days[date.weekday().to_monday_zero_offset() as usize] {
+            if !self
+                .days
+                .get(date.weekday().to_monday_zero_offset() as usize)
+                .copied()
+                .unwrap_or(false)
+            {
                 return None;
             }
             // A local time inside a daylight saving gap moves forward by the gap's length; a

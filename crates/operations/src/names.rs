@@ -97,7 +97,8 @@ pub fn is_label_value(s: &str) -> bool {
 /// The stable short hash (10 lowercase hex digits) of `input`.
 pub fn short_hash(input: &str) -> String {
     let full = format!("{:016x}", fnv1a64(input.as_bytes()));
-    full[..HASH_LEN].to_owned()
+    // Hex digits are ASCII: the prefix is always on a character boundary.
+    api::text::prefix_within(&full, HASH_LEN).to_owned()
 }
 
 /// Lower-case, with every character outside `[a-z0-9-]` replaced by `-`.

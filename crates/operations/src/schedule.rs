@@ -251,7 +251,7 @@ pub fn parse_duration(s: &str) -> Option<SignedDuration> {
             return None;
         };
         total_ms += value * unit_ms;
-        rest = &tail[unit_len..];
+        rest = tail.get(unit_len..)?;
     }
     // Bounded to ~100 years: anything longer is not a retention, and stays representable.
     if !total_ms.is_finite() || total_ms > 3.2e12 {

@@ -53,10 +53,10 @@ pub fn volume_snapshot_object(
     if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {
         labels.insert(LABEL_PVC.into(), json!(names::label_value(pvc)));
     }
-    let mut spec = json!({ "source": { "persistentVolumeClaimName": pvc } });
-    if let Some(class) = class {
-        spec["volumeSnapshotClassName"] = json!(class);
-    }
+    let spec = match class {
+        Some(class) => json!({ "source": { "persistentVolumeClaimName": pvc }, "volumeSnapshotClassName": class }),
+        None => json!({ "source": { "persistentVolumeClaimName": pvc } }),
+    };
     Ok(json!({
         "apiVersion": API_VERSION,
         "kind": KIND,

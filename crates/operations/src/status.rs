@@ -262,7 +262,7 @@ pub fn is_valid_reason(reason: &str) -> bool {
     let inner = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b',' | b':');
     !bytes.is_empty()
         && bytes.len() <= 1024
-        && bytes[0].is_ascii_alphabetic()
+        && bytes.first().is_some_and(u8::is_ascii_alphabetic)
         && bytes.iter().all(inner)
         && bytes.last().is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
 }

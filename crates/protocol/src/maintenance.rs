@@ -53,7 +53,9 @@ fn check_window(window: &MaintenanceWindow) -> Result<(), String> {
     }
     let mut seen = [false; 7];
     for day in &window.days {
-        let seen = &mut seen[day.days_from_monday() as usize];
+        let Some(seen) = seen.get_mut(day.days_from_monday() as usize) else {
+            return Err(format!("days names an unknown day {}", day.as_str()));
+        };
         if *seen {
             return Err(format!("days names {} more than once", day.as_str()));
         }

@@ -36,13 +36,17 @@ pub(crate) fn duration_shape(s: &str) -> bool {
         if int_len == 0 {
             return false;
         }
-        rest = &rest[int_len..];
+        let Some(after) = rest.get(int_len..) else { return false };
+        rest = after;
         if let Some(frac) = rest.strip_prefix('.') {
             let frac_len = frac.find(|c: char| !c.is_ascii_digit()).unwrap_or(frac.len());
             if frac_len == 0 {
                 return false;
             }
-            rest = &frac[frac_len..];
+            let Some(after) = frac.get(frac_len..) else {
+                return false;
+            };
+            rest = after;
         }
         rest = if let Some(r) = rest.strip_prefix("ms") {
             r

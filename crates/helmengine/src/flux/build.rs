@@ -101,7 +101,9 @@ pub fn helm_release(app: &ApplicationInstance, input: &MaterializeInput) -> Resu
     let mut spec = release_spec(app, id, source)?;
     if input.suspended_by.is_some() {
         // An Operation (a Restore) holds the release still while it runs.
-        spec["suspend"] = json!(true);
+        if let Some(spec) = spec.as_object_mut() {
+            spec.insert("suspend".to_owned(), json!(true));
+        }
     }
     let mut hr = new_object(app, id, HELM_RELEASE, COMPONENT_HELM_RELEASE)?.data(json!({ "spec": spec }));
     if let Some(token) = &input.values_revision {
