@@ -247,7 +247,10 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
     );
     let status = SharedStatus::new();
     let resync_wanted = Arc::new(Notify::new());
-    let mut tasks = status::spawn_watches(rt.client.clone(), scope.clone(), status.clone(), rt.shutdown.clone());
+    let mut tasks = controller_kit::tasks::Background::new();
+    for watch in status::spawn_watches(rt.client.clone(), scope.clone(), status.clone(), rt.shutdown.clone()) {
+        tasks.adopt("status watch", watch);
+    }
     if let Some(addr) = args.status_channel_addr.0 {
         let (hint_tx, hints) = mpsc::channel::<StatusHint>(HINT_BUFFER);
         let auth = channel_auth::TokenReviewAuth::new(
@@ -256,21 +259,22 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
             status_clients,
             &rt.metrics,
         );
-        tasks.extend(channel::spawn(
-            addr,
-            Arc::new(auth),
-            hint_tx,
-            &rt.metrics,
-            rt.shutdown.clone(),
-        ));
-        tasks.push(tokio::spawn(status::consume_hints(
-            rt.client.clone(),
-            scope.clone(),
-            status.clone(),
-            hints,
-            resync_wanted.clone(),
-            rt.shutdown.clone(),
-        )));
+        // Not critical: without the channel (it could not bind, say), status still flows
+        // through the watches; the server says so itself, and a panic is logged here.
+        for server in channel::spawn(addr, Arc::new(auth), hint_tx, &rt.metrics, rt.shutdown.clone()) {
+            tokio::spawn(controller_kit::tasks::join_logged("status channel", server));
+        }
+        tasks.spawn(
+            "status hint consumer",
+            status::consume_hints(
+                rt.client.clone(),
+                scope.clone(),
+                status.clone(),
+                hints,
+                resync_wanted.clone(),
+                rt.shutdown.clone(),
+            ),
+        );
     }
 
     let recorder = kube::runtime::events::Recorder::new(
@@ -280,7 +284,7 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
             instance: Some(args.common.identity.clone()),
         },
     );
-    match inbound {
+    let background_failure = match inbound {
         Inbound::Pull(client, credentials) => {
             let sync = SyncLoop {
                 client,
@@ -307,7 +311,7 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
                     },
                 },
             };
-            sync.run(rt.shutdown.clone()).await;
+            supervise(sync.run(rt.shutdown.clone()), &mut tasks, &rt.shutdown).await
         }
         Inbound::Push(setup) => {
             let state = Arc::new(PushState {
@@ -328,12 +332,40 @@ pub async fn run(args: AgentArgs, rt: Runtime) -> anyhow::Result<()> {
             // The status channel's resync requests need no answer here: Odoo asks for a
             // full snapshot when it wants one.
             drop(resync_wanted);
-            push::run(state, setup.server, rt.shutdown.clone()).await;
+            supervise(
+                push::run(state, setup.server, rt.shutdown.clone()),
+                &mut tasks,
+                &rt.shutdown,
+            )
+            .await
+        }
+    };
+    rt.shutdown.cancel();
+    tasks.join_all().await;
+    match background_failure {
+        // The pod restarts clean rather than serve with, say, a status watch gone.
+        Some(failure) => anyhow::bail!("stopping: {failure}"),
+        None => Ok(()),
+    }
+}
+
+/// Runs `main` until it returns; a background task ending first, other than at shutdown,
+/// is a failure (logged and returned).
+async fn supervise(
+    main: impl std::future::Future<Output = ()>,
+    tasks: &mut controller_kit::tasks::Background,
+    shutdown: &CancellationToken,
+) -> Option<String> {
+    tokio::pin!(main);
+    tokio::select! {
+        () = &mut main => None,
+        failure = tasks.ended() => {
+            if shutdown.is_cancelled() {
+                main.await;
+                return None;
+            }
+            tracing::error!(task = %failure, "a background task ended while the agent runs; stopping so the pod restarts clean");
+            Some(failure)
         }
     }
-    rt.shutdown.cancel();
-    for t in tasks {
-        let _ = t.await;
-    }
-    Ok(())
 }

@@ -95,7 +95,8 @@ pub struct CommonArgs {
     #[arg(long, env = "VWS_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
 
-    /// How long the leader keeps retrying a failed renewal before stepping down (and exiting).
+    /// How long the leader keeps retrying a failed renewal before stepping down (and
+    /// following again).
     #[arg(long, env = "VWS_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
     pub renew_deadline: Duration,
 

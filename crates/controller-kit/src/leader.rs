@@ -13,9 +13,13 @@
 //!   both win the same round.
 //! * **Step down** when renewals keep failing for longer than the renew deadline
 //!   (shorter than the lease duration, so nobody else can have taken over yet) or
-//!   when another holder is seen. The task then returns an error and the binary
-//!   should exit: a replica that lost the lease must stop writing at once, and a
-//!   restart is the simplest way to rebuild a clean state.
+//!   when another holder is seen. The gate closes at once (a replica that lost the
+//!   lease must stop writing at once) and the replica **follows** again, competing by
+//!   the acquire rule above; it does not exit. Exiting would turn an API server outage
+//!   of more than the renew deadline into every leader restarting at once, each
+//!   relisting everything when the API server comes back. State that assumed leadership
+//!   is rebuilt on the next acquisition by whoever keeps it (the agent reads its
+//!   acknowledgement ledger back); controllers are level-based and followers requeue.
 //! * **Release** on graceful shutdown: the holder is cleared so a successor takes
 //!   over on its next attempt instead of waiting for expiry.
 //!
@@ -50,26 +54,9 @@ pub enum LeaderError {
     /// Inconsistent flags.
     #[error(transparent)]
     Config(#[from] ArgsError),
-    /// Another replica holds the Lease now; this one must stop writing (and exit).
-    #[error("lost Lease {lease}: it is now held by {holder:?}")]
-    Lost {
-        /// `namespace/name` of the Lease.
-        lease: String,
-        /// The new holder.
-        holder: String,
-    },
-    /// Renewal kept failing until the renew deadline; this replica stepped down.
-    #[error("could not renew Lease {lease} within the renew deadline of {deadline:?}; stepped down")]
-    RenewDeadlineExceeded {
-        /// `namespace/name` of the Lease.
-        lease: String,
-        /// The configured renew deadline.
-        deadline: Duration,
-        /// The last API error, if the failure was one (rather than a timeout).
-        #[source]
-        last_error: Option<Box<kube::Error>>,
-    },
-    /// The election task panicked or was aborted.
+    /// The election task panicked or was aborted: no task renews the Lease, so the gate is
+    /// closed for good and the binary exits. (Leadership lost is not an error: the replica
+    /// steps down and follows again, see [`LeaderElector::spawn`].)
     #[error("leader election task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
@@ -383,8 +370,10 @@ impl LeaderElector {
     /// Starts the election loop. The receiver turns `true` while this replica leads.
     ///
     /// The task returns `Ok(())` after `shutdown` is cancelled (having released the
-    /// Lease if it held it), or an error when leadership was lost: the binary should
-    /// then exit.
+    /// Lease if it held it). Leadership lost (the renew deadline passed, say while the API
+    /// server is unreachable, or another holder appeared) closes the gate at once and makes
+    /// this replica a follower again, competing for the Lease by the same rules; it does
+    /// not end the task, so an API server outage does not make every leader exit at once.
     pub fn spawn(self, shutdown: CancellationToken) -> (watch::Receiver<bool>, JoinHandle<Result<(), LeaderError>>) {
         let (tx, rx) = watch::channel(false);
         let task = tokio::spawn(self.run(tx, shutdown));
@@ -420,12 +409,12 @@ impl LeaderElector {
                     }
                 }
                 Ok(Ok(Attempt::Following { holder })) => {
-                    if last_renew.is_some() {
+                    if last_renew.take().is_some() {
                         self.set_leader(&tx, false);
-                        tracing::error!(%lease, %holder, "lost leadership");
-                        return Err(LeaderError::Lost { lease, holder });
+                        tracing::error!(%lease, %holder, "lost leadership; following again");
+                    } else {
+                        tracing::debug!(%lease, %holder, "following");
                     }
-                    tracing::debug!(%lease, %holder, "following");
                 }
                 Ok(Ok(Attempt::Conflict)) => tracing::debug!(%lease, "Lease changed under us; retrying"),
                 Ok(Err(err)) => {
@@ -438,13 +427,22 @@ impl LeaderElector {
             if let Some(at) = last_renew
                 && Instant::now() >= at + cfg.renew_deadline
             {
+                // Stepped down before the Lease can expire for anyone else; the writes stop
+                // now (every controller checks the gate before writing). Then follow: the
+                // Lease is taken again only after seeing it unchanged for a full duration.
                 self.set_leader(&tx, false);
-                tracing::error!(%lease, deadline = ?cfg.renew_deadline, "renew deadline exceeded; stepping down");
-                return Err(LeaderError::RenewDeadlineExceeded {
-                    lease,
-                    deadline: cfg.renew_deadline,
-                    last_error: last_error.map(Box::new),
-                });
+                let error = last_error
+                    .take()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "timed out".to_owned());
+                tracing::error!(
+                    %lease,
+                    deadline = ?cfg.renew_deadline,
+                    %error,
+                    "renew deadline exceeded; stepped down, following again"
+                );
+                last_renew = None;
+                observed = None;
             }
 
             let wait = match last_renew {

@@ -11,9 +11,10 @@
 //! This crate sits beside layer 3 and is used by every binary, so the operational
 //! behaviour is written once and is the same everywhere: the same flags
 //! ([`args`]), logs and traces ([`telemetry`]), metric names ([`metrics`]), probes
-//! ([`admin`]), namespace boundaries ([`namespaces`]), shutdown ([`shutdown`]) and
-//! high-availability policy ([`leader`]: every replica reads and serves health,
-//! only the Lease holder writes, and a replica that loses the Lease exits).
+//! ([`admin`]), namespace boundaries ([`namespaces`]), shutdown ([`shutdown`]),
+//! background tasks that never fail in silence ([`tasks`]) and high-availability policy
+//! ([`leader`]: every replica reads and serves health, only the Lease holder writes, and a
+//! replica that loses the Lease stops writing at once and follows again).
 //!
 //! It holds no domain knowledge and no CRD types. Errors are typed per module
 //! (`thiserror`); `anyhow` belongs in the binaries.
@@ -22,7 +23,7 @@
 //! [`runtime::Runtime::builder`], which wires the parts in one order for every binary
 //! ([`telemetry::init`] → [`shutdown`] on signals → [`admin::spawn`] → client →
 //! [`leader::LeaderElection::start`] → the controllers, with the [`leader::LeaderGate`],
-//! until they end, shutdown or the loss of the Lease; see `examples/minimal_controller.rs`).
+//! until they end, shutdown or a failure of the election task; see `examples/minimal_controller.rs`).
 //! Inside, each kube-runtime `Controller` waits for its cache and opens each reconcile
 //! the same way ([`controller`]).
 
@@ -37,6 +38,7 @@ pub mod namespaces;
 pub mod retry;
 pub mod runtime;
 pub mod shutdown;
+pub mod tasks;
 pub mod telemetry;
 
 pub use admin::Readiness;

@@ -28,9 +28,9 @@
 //!   election is waited for (the Lease is released) and so is the admin server, and
 //!   `run` returns `Ok` (or the controllers' error at once);
 //! * the election, after shutdown: as above;
-//! * the election, with an error (the Lease was lost): `run` returns that error at once,
-//!   so the binary exits and restarts clean; a replica that lost the Lease must not keep
-//!   going.
+//! * the election, with an error (its task panicked or was aborted, so no task renews the
+//!   Lease): `run` returns that error at once and the binary exits. A lost Lease is not
+//!   such an error: the replica steps down and follows ([`crate::leader`]).
 
 use std::{convert::Infallible, future::Future};
 
@@ -228,11 +228,8 @@ mod tests {
         LeaderElection::from_parts(LeaderGate::always_leader(), Some(task), shutdown.clone())
     }
 
-    fn lost() -> Result<(), LeaderError> {
-        Err(LeaderError::Lost {
-            lease: "ns/lease".into(),
-            holder: "other".into(),
-        })
+    fn broken() -> Result<(), LeaderError> {
+        Err(LeaderError::Config(crate::args::ArgsError::EmptyIdentity))
     }
 
     async fn within<T>(fut: impl Future<Output = T>) -> T {
@@ -302,15 +299,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn losing_the_lease_ends_the_run_at_once_with_its_error() {
+    async fn an_election_that_ends_with_an_error_ends_the_run_at_once() {
         let shutdown = CancellationToken::new();
-        let mut election = election(&shutdown, true, lost);
+        let mut election = election(&shutdown, true, broken);
         let controllers = std::future::pending::<Result<(), Never>>();
         let err = within(supervise(controllers, &mut election, &shutdown, admin_ok()))
             .await
             .unwrap_err();
-        assert!(matches!(err, RuntimeError::Leader(LeaderError::Lost { .. })), "{err}");
-        assert_eq!(err.to_string(), "lost Lease ns/lease: it is now held by \"other\"");
+        assert!(matches!(err, RuntimeError::Leader(LeaderError::Config(_))), "{err}");
         assert!(!shutdown.is_cancelled(), "the binary exits; nothing waits for a drain");
     }
 
@@ -342,10 +338,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_lost_lease_at_shutdown_is_still_an_error() {
+    async fn an_election_error_at_shutdown_is_still_an_error() {
         // The election ends with an error only after the controllers have returned.
         let shutdown = CancellationToken::new();
-        let mut election = election(&shutdown, false, lost);
+        let mut election = election(&shutdown, false, broken);
         let err = within(supervise(
             async { Ok::<_, Never>(()) },
             &mut election,

@@ -150,7 +150,7 @@ impl PushServer {
         }
         while connections.join_next().await.is_some() {}
         if let Some(task) = reloading {
-            let _ = task.await;
+            controller_kit::tasks::join_logged("TLS certificate reload", task).await;
         }
     }
 }
@@ -211,8 +211,8 @@ pub async fn run<C: Cluster + 'static>(state: Arc<PushState<C>>, server: PushSer
         protocol::json2_path(PUSH_MODEL, METHOD_STATUS)
     );
     server.serve(router(state), shutdown).await;
-    let _ = synced.await;
-    let _ = refresh.await;
+    controller_kit::tasks::join_logged("cache sync", synced).await;
+    controller_kit::tasks::join_logged("push token refresh", refresh).await;
 }
 
 /// Re-reads the token every TTL, so the condition follows its source even when no request

@@ -597,29 +597,31 @@ async fn leader_steps_down_when_renewals_fail_past_the_deadline() {
 
     fake.set_failing(true);
     let failing_since = Instant::now();
-    let err = within(5, a.task).await.unwrap().unwrap_err();
+    within(5, async {
+        while a.gate.is_leader() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     let took = failing_since.elapsed();
-    assert!(
-        matches!(
-            err,
-            LeaderError::RenewDeadlineExceeded {
-                last_error: Some(_),
-                ..
-            }
-        ),
-        "{err}"
-    );
     // The safety property: stepped down before the Lease could expire for anyone else.
     assert!(took < config("a").lease_duration, "stepped down late: {took:?}");
     assert!(
         took >= Duration::from_millis(800),
         "stepped down before the renew deadline: {took:?}"
     );
-    assert!(!a.gate.is_leader());
+    // Issue 18: an API server outage does not end the elector (the binary would exit);
+    // once the API server answers again, the replica leads again.
+    assert!(!a.task.is_finished(), "the elector follows; it does not exit");
+    fake.set_failing(false);
+    assert!(within(6, a.gate.wait_for_leadership()).await);
+    assert_eq!(fake.state().holder(), Some("a"));
+    a.shutdown.cancel();
+    within(5, a.task).await.unwrap().unwrap();
 }
 
 #[tokio::test]
-async fn leader_exits_when_another_holder_appears() {
+async fn leader_steps_down_when_another_holder_appears_and_follows() {
     let fake = FakeApi::default();
     let a = candidate(&fake, "a", None);
     assert!(within(5, a.gate.wait_for_leadership()).await);
@@ -630,12 +632,18 @@ async fn leader_exits_when_another_holder_appears() {
         lease_duration_seconds: Some(2),
         ..LeaseState::default()
     });
-    let err = within(5, a.task).await.unwrap().unwrap_err();
-    assert!(
-        matches!(&err, LeaderError::Lost { holder, .. } if holder == "intruder"),
-        "{err}"
-    );
-    assert!(!a.gate.is_leader());
+    within(5, async {
+        while a.gate.is_leader() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(!a.task.is_finished(), "the elector follows; it does not exit");
+    // The intruder never renews: after its Lease expired, a takes over again.
+    assert!(within(6, a.gate.wait_for_leadership()).await);
+    assert_eq!(fake.state().holder(), Some("a"));
+    a.shutdown.cancel();
+    within(5, a.task).await.unwrap().unwrap();
 }
 
 #[tokio::test]
