@@ -128,6 +128,11 @@ pub fn epoch_ok(epoch: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z, in Unix seconds: the times a Kubernetes
+/// `metav1.Time` can hold and write back.
+const MIN_STORED_SECOND: i64 = -62_135_596_800;
+const MAX_STORED_SECOND: i64 = 253_402_300_799;
+
 /// Checks a whole document. `Ok` means every entry may be acted on (subject to the
 /// agent's namespace policy); `Err` means nothing may be.
 pub fn validate_document(doc: &DesiredState) -> Result<(), ValidationError> {
@@ -247,8 +252,21 @@ pub fn validate_document(doc: &DesiredState) -> Result<(), ValidationError> {
                 problem: format!("spec.requestId {id:?} must be 1 to 128 characters of [A-Za-z0-9._:-]"),
             });
         }
+        // Kubernetes stores times in whole seconds, from year 1 to 9999: a time outside that
+        // range cannot be written back, and sub-second order is lost on the way (the CRD's
+        // rule then refuses the one object instead of the whole document).
+        for (field, time) in [("notBefore", &op.spec.not_before), ("deadline", &op.spec.deadline)] {
+            if let Some(time) = time
+                && !(MIN_STORED_SECOND..=MAX_STORED_SECOND).contains(&time.0.as_second())
+            {
+                return Err(ValidationError::Spec {
+                    entry,
+                    problem: format!("spec.{field} must be between the years 0001 and 9999"),
+                });
+            }
+        }
         if let (Some(not_before), Some(deadline)) = (&op.spec.not_before, &op.spec.deadline)
-            && deadline.0 <= not_before.0
+            && deadline.0.as_second() <= not_before.0.as_second()
         {
             return Err(ValidationError::Spec {
                 entry,
@@ -429,6 +447,22 @@ mod tests {
                     let t = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH);
                     d.operations[0].spec.not_before = Some(t.clone());
                     d.operations[0].spec.deadline = Some(t);
+                }),
+            ),
+            (
+                "deadline must be later",
+                Box::new(|d| {
+                    // Later by 0.6 s, the same second once stored: refused whole here.
+                    let at = |s: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(s.parse().unwrap());
+                    d.operations[0].spec.not_before = Some(at("2026-11-21T10:00:00.2Z"));
+                    d.operations[0].spec.deadline = Some(at("2026-11-21T10:00:00.8Z"));
+                }),
+            ),
+            (
+                "between the years 0001 and 9999",
+                Box::new(|d| {
+                    let at = |s: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(s.parse().unwrap());
+                    d.operations[0].spec.not_before = Some(at("-000001-06-01T00:00:00Z"));
                 }),
             ),
             (
