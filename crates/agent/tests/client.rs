@@ -1,11 +1,13 @@
 //! The agent's HTTP client against the control-plane simulator (in process, on loopback):
 //! every failure mode becomes a clear, credential-free error with a stable reason.
 
+mod common;
+
 use std::time::Duration;
 
 use agent::client::{CallError, ClientConfig, ControlPlaneClient};
 use controller_kit::Redacted;
-use odoo_sim::{Fault, Sim, SimConfig};
+use odoo_sim::{Fault, Sim};
 use protocol::{METHOD_REGISTER, METHOD_SYNC, error::ErrorClass};
 use serde_json::{Value, json};
 
@@ -19,11 +21,9 @@ async fn serve(sim: Sim) -> String {
 }
 
 fn sim() -> Sim {
-    let sim = Sim::new(SimConfig {
-        state_file: None,
+    let sim = Sim::new(odoo_sim::SimConfig {
         database: Some("prod".into()),
-        sync_interval_seconds: None,
-        offline_after: Duration::from_secs(90),
+        ..common::sim_config()
     })
     .unwrap();
     sim.add_cluster("edge-1", KEY).unwrap();

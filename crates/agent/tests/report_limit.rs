@@ -3,51 +3,16 @@
 //! simulator (which refuses a call carrying more reports than its limit with 422, as
 //! protocol.md tells a module to), with an in-memory cluster.
 
+mod common;
+
 use std::time::Duration;
 
-use agent::{
-    apply::{Cluster, ClusterError},
-    client::{ClientConfig, ControlPlaneClient},
-    credentials::CredentialSource,
-    health::{AgentMetrics, Health},
-    status::SharedStatus,
-    sync::{SyncLoop, SyncSettings},
-};
-use api::{ApplicationInstance, Operation};
-use controller_kit::{CancellationToken, LeaderGate, Metrics, NamespacePolicy, Readiness, WatchScope};
-use odoo_sim::{Sim, SimConfig};
-use operations::revisions::AppRevision;
-use protocol::{
-    backoff::Backoff,
-    messages::{AgentInfo, AgentMode, ClusterIdentity, ObjectKind},
-};
-use serde_json::{Value, json};
+use api::ApplicationInstance;
+use controller_kit::{CancellationToken, Metrics};
+use odoo_sim::Sim;
+use serde_json::json;
 
 const KEY: &str = "k3y-l1m1t-5ec7e7-0123456789abcdef012345678";
-
-/// A cluster no document reaches (the simulator holds no intent).
-struct Untouched;
-
-impl Cluster for Untouched {
-    async fn get_application(&self, _: &str, _: &str) -> Result<Option<ApplicationInstance>, ClusterError> {
-        Ok(None)
-    }
-    async fn apply_application(&self, _: &str, _: &str, _: &Value) -> Result<ApplicationInstance, ClusterError> {
-        Err(ClusterError::Invalid("not in this test".into()))
-    }
-    async fn get_operation(&self, _: &str, _: &str) -> Result<Option<Operation>, ClusterError> {
-        Ok(None)
-    }
-    async fn apply_operation(&self, _: &str, _: &str, _: &Value) -> Result<Operation, ClusterError> {
-        Err(ClusterError::Invalid("not in this test".into()))
-    }
-    async fn delete(&self, _: ObjectKind, _: &str, _: &str, _: &str) -> Result<(), ClusterError> {
-        Ok(())
-    }
-    async fn revision_history(&self, _: &str, _: &str) -> Result<Option<Vec<AppRevision>>, ClusterError> {
-        Ok(None)
-    }
-}
 
 fn application(name: &str, greeting: &str) -> ApplicationInstance {
     let mut app: ApplicationInstance = serde_json::from_value(json!({
@@ -80,13 +45,7 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_sends_no_more_reports_than_odoo_accepts_and_follows_a_lowered_limit() {
-    let sim = Sim::new(SimConfig {
-        state_file: None,
-        database: None,
-        sync_interval_seconds: None,
-        offline_after: Duration::from_secs(90),
-    })
-    .unwrap();
+    let sim = Sim::new(common::sim_config()).unwrap();
     sim.add_cluster("edge-1", KEY).unwrap();
     sim.set_max_reports_per_sync(2);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -95,59 +54,9 @@ async fn the_agent_sends_no_more_reports_than_odoo_accepts_and_follows_a_lowered
 
     let key_file = std::env::temp_dir().join(format!("agent-limit-test-{}", std::process::id()));
     std::fs::write(&key_file, KEY).unwrap();
-    let kube = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-    let status = SharedStatus::new();
-    status.with(|c| {
-        c.replace_kind(
-            ObjectKind::ApplicationInstance,
-            reports("one", 7),
-            jiff::Timestamp::now(),
-        );
-        c.replace_kind(ObjectKind::Operation, vec![], jiff::Timestamp::now());
-    });
+    let status = common::listed_status(reports("one", 7));
     let metrics = Metrics::new("vworkspace");
-    let sync = SyncLoop {
-        client: ControlPlaneClient::new(&ClientConfig {
-            url,
-            database: None,
-            timeout: Duration::from_secs(2),
-            max_response_bytes: 1 << 20,
-            ca_bundle: None,
-            insecure_allow_http: true,
-        })
-        .unwrap(),
-        credentials: CredentialSource::File(key_file.clone()),
-        kube,
-        cluster: Untouched,
-        scope: WatchScope::new(NamespacePolicy::All, None).unwrap(),
-        identity: ClusterIdentity {
-            uid: "uid-cluster".into(),
-            name: "edge-1".into(),
-        },
-        agent: AgentInfo {
-            version: "0.1.0".into(),
-            instance: "agent-limit".into(),
-            mode: AgentMode::Pull,
-            started_at: jiff::Timestamp::now(),
-        },
-        status: status.clone(),
-        resync_wanted: Default::default(),
-        health: Health::new(Readiness::new(), AgentMetrics::register(&metrics), None, json!({})),
-        gate: LeaderGate::always_leader(),
-        recorder: None,
-        ledger_store: None,
-        settings: SyncSettings {
-            interval: Duration::from_millis(200),
-            report_delay: Duration::from_millis(10),
-            batch_size: 200,
-            full_resync_interval: Duration::from_secs(3600),
-            backoff: Backoff {
-                initial: Duration::from_millis(50),
-                max: Duration::from_millis(200),
-                ..Backoff::default()
-            },
-        },
-    };
+    let sync = common::pull_loop(&url, &key_file, status.clone(), &metrics, 200);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(sync.run(shutdown.clone()));
 

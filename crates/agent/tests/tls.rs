@@ -9,6 +9,8 @@
 //! in this process would race other threads, so the proxied calls run in a child process
 //! (this test binary, re-run for one test) that gets them in its environment.
 
+mod common;
+
 use std::{
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -20,7 +22,7 @@ use agent::{
     push::{PushServer, TlsFiles},
 };
 use controller_kit::{CancellationToken, Redacted};
-use odoo_sim::{Sim, SimConfig};
+use odoo_sim::Sim;
 use protocol::METHOD_REGISTER;
 use serde_json::json;
 
@@ -71,13 +73,7 @@ fn register_params() -> serde_json::Value {
 /// serving task). `dir` keeps the files.
 async fn tls_sim(dir: &Path) -> (PathBuf, String, CancellationToken, tokio::task::JoinHandle<()>) {
     let (ca, cert, key) = pki(dir);
-    let sim = Sim::new(SimConfig {
-        state_file: None,
-        database: None,
-        sync_interval_seconds: None,
-        offline_after: Duration::from_secs(90),
-    })
-    .unwrap();
+    let sim = Sim::new(common::sim_config()).unwrap();
     sim.add_cluster("edge-tls", KEY).unwrap();
     let server = PushServer::bind(
         "127.0.0.1:0".parse().unwrap(),
