@@ -426,8 +426,10 @@ async fn the_simulator_in_push_mode_drives_the_agent_like_the_odoo_module() -> a
         Some(json!("from the simulator"))
     );
 
-    // The agent restarts (a new endpoint here): its `known` is gone, so the simulator
-    // pushes the same document again after a full status; the release stays as it is.
+    // Another agent takes over (a new endpoint and its own status ConfigMap here, so its
+    // ledger starts empty: nothing known): the simulator pushes the same document again
+    // after a full status; the release stays as it is. (A restart that keeps the ConfigMap
+    // keeps `known`: after_a_restart_a_delayed_push_….)
     let applies = ready["push"]["applies"].as_u64().unwrap_or_default();
     let fulls = ready["resync"]["completed"].as_u64().unwrap_or_default();
     let generation = ai.metadata.generation;
