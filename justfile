@@ -68,6 +68,11 @@ test: check-generated fmt-check deny lint unit e2e
 demo mode="pull":
     hack/demo.sh {{mode}}
 
+# Chaos, measured: SIGKILL each binary at seeded random points, stop the API server and the
+# control plane under load, count what was lost (figures in docs/reliability.md).
+chaos:
+    hack/chaos.sh
+
 # Benchmark the app controller on the real local cluster (figures in docs/performance.md).
 bench-app *args:
     hack/bench-app.sh {{args}}

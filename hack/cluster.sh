@@ -10,6 +10,7 @@
 #   hack/cluster.sh restart-flux  restart only source-controller and helm-controller
 #                            (e.g. to pick up new flags on a running cluster)
 #   hack/cluster.sh stop-flux     stop only source-controller and helm-controller
+#   hack/cluster.sh start-helm-controller  start helm-controller alone (after just chaos killed it)
 #   hack/cluster.sh load-images ARCHIVE...  OCI archives into the real node's containerd
 #
 # `up` starts one real node (real-node-0: containerd, kubelet, kube-proxy, CoreDNS and a
@@ -309,12 +310,15 @@ start_flux() {
     --storage-path="$d/flux-artifacts" --storage-addr=127.0.0.1:19090 --storage-adv-addr=127.0.0.1:19090 \
     --metrics-addr=127.0.0.1:18080 --health-addr=127.0.0.1:19440 \
     --watch-all-namespaces=true --log-encoding=console --requeue-dependency=5s
-  start helm-controller env KUBECONFIG="$KUBECONFIG_PATH" "$B/helm-controller" \
+  start_helm_controller
+  wait_for source-controller 90 curl -fsS http://127.0.0.1:19440/readyz
+  wait_for helm-controller 90 curl -fsS http://127.0.0.1:19441/readyz
+}
+start_helm_controller() {
+  start helm-controller env KUBECONFIG="$KUBECONFIG_PATH" "$BIN_DIR/helm-controller" \
     --metrics-addr=127.0.0.1:18081 --health-addr=127.0.0.1:19441 \
     --watch-all-namespaces=true --log-encoding=console --requeue-dependency=5s --concurrent=4 \
     --no-cross-namespace-refs=true --default-service-account=vworkspace-no-rights
-  wait_for source-controller 90 curl -fsS http://127.0.0.1:19440/readyz
-  wait_for helm-controller 90 curl -fsS http://127.0.0.1:19441/readyz
 }
 
 # stop_component NAME: stop one of our components by its pidfile (SIGTERM, then SIGKILL after 5 s).
@@ -541,6 +545,12 @@ case "${1:-}" in
   # Only source-controller and helm-controller, e.g. while a test runs the bundled Flux in
   # the cluster (two helm-controllers would fight); restart-flux starts them again.
   stop-flux) stop_component helm-controller; stop_component source-controller ;;
+  # helm-controller alone, e.g. after `just chaos` SIGKILLed it (its pidfile names the dead one).
+  start-helm-controller)
+    BIN_DIR=$("$HACK_DIR/build-cluster-bins.sh" --no-build)
+    running helm-controller && die "helm-controller is running"
+    start_helm_controller
+    wait_for helm-controller 90 curl -fsS http://127.0.0.1:19441/readyz ;;
   env) cat "$CLUSTER_DIR/env" ;;
   # OCI archives (hack/build-images.sh) into the real node's containerd.
   load-images)
@@ -549,5 +559,5 @@ case "${1:-}" in
     import_images "$@"; log "imported $# image archive(s) into $NODE_NAME" ;;
   # The peer alone (up starts it too), e.g. beside a cluster started before it existed.
   peer-up) peer up ;;
-  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|stop-flux|load-images ARCHIVE..." >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|stop-flux|start-helm-controller|load-images ARCHIVE..." >&2; exit 2 ;;
 esac

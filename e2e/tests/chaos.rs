@@ -1,0 +1,731 @@
+//! Chaos, measured (issue 18). Run by `just chaos` (hack/chaos.sh), not by CI: it takes
+//! about a quarter of an hour. Seeded (`CHAOS_SEED`) and reproducible in its choices (which
+//! binary, when); the cluster's own timing still varies from run to run.
+//!
+//! The workload goes through the control-plane simulator and the pull agent, as Odoo's
+//! would: rounds of install → upgrade → backup → restore → runbook of one application each. Meanwhile
+//! a killer SIGKILLs one binary at a random moment every 1–5 s (app-controller, the upgrade,
+//! backup, restore and runbook engines, the agent, helm-controller) and starts it again 0.2–2 s later,
+//! until each was killed `CHAOS_KILLS` times (10 by default). Then it checks:
+//!
+//! * convergence: every application ready at its upgraded version, every Operation
+//!   `Succeeded`, and the simulator's view of each (acknowledged, latest report) the same;
+//! * no duplicate child: one Velero Backup per Backup Operation, one Velero Restore per
+//!   Restore Operation, one Job per Runbook Operation (an Operation run twice would make two);
+//! * no duplicate Helm revision: two release revisions per application (install, upgrade);
+//! * no lost acknowledgement or report: the simulator holds an acknowledgement of the
+//!   latest revision for every object, and its latest report matches the cluster.
+//!
+//! Then two outages under load: the API server stopped (SIGSTOP) for `CHAOS_API_OUTAGE`
+//! seconds (120) while a round runs, and the simulator stopped for `CHAOS_CP_OUTAGE`
+//! seconds (300) while the cluster changes; after each, the same checks, and no binary may
+//! have exited. Last, the same kills with the agent in push mode (the simulator pushes and
+//! polls, as the Odoo module would), until the push agent was killed `CHAOS_KILLS` times.
+//! Figures go to stdout (and into docs/reliability.md by hand).
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use api::{ApplicationInstance, Operation, OperationPhase};
+use e2e::{
+    TestContext,
+    agent::{
+        AgentProcess, PushPki, SimProcess, api_key, runbook_spec, start_agent, start_push_agent, summary, work_dir,
+    },
+    apps::{app, start_controller},
+    cluster_dir,
+    ops::start_engine,
+    process::ControllerProcess,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, ListParams};
+use serde_json::{Value, json};
+
+const ENGINES: [&str; 4] = ["upgrade-engine", "backup-engine", "restore-engine", "runbook-engine"];
+const VICTIMS: [&str; 7] = [
+    "app-controller",
+    "upgrade-engine",
+    "backup-engine",
+    "restore-engine",
+    "runbook-engine",
+    "agent",
+    "helm-controller",
+];
+const STEP_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A small seeded generator (xorshift64*), so a run's choices replay from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn between(&mut self, low: Duration, high: Duration) -> Duration {
+        let span = high.saturating_sub(low).as_millis().max(1) as u64;
+        low + Duration::from_millis(self.next() % span)
+    }
+    fn pick(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Every binary of ours the workload needs, restartable.
+struct Fleet {
+    controller: ControllerProcess,
+    engines: BTreeMap<&'static str, ControllerProcess>,
+    agent: AgentProcess,
+    /// Set once the agent runs in push mode (the simulator pushes to it).
+    push: Option<Push>,
+    kills: BTreeMap<&'static str, u32>,
+}
+
+/// What a push agent needs to start again where the simulator can find it.
+struct Push {
+    pki: PushPki,
+    token: String,
+    token_file: std::path::PathBuf,
+}
+
+impl Push {
+    fn new(ctx: &TestContext) -> anyhow::Result<Self> {
+        let token = api_key("chaos-push");
+        let token_file = work_dir(ctx)?.join("push-token-chaos");
+        std::fs::write(&token_file, &token)?;
+        Ok(Self {
+            pki: PushPki::generate(ctx)?,
+            token,
+            token_file,
+        })
+    }
+
+    /// Starts the push agent (the same tag, so the same status ConfigMap and ledger) and
+    /// points the simulator at its new address.
+    async fn start(&self, ctx: &TestContext, sim: &SimProcess) -> anyhow::Result<AgentProcess> {
+        let agent = start_push_agent(ctx, &self.pki, &self.token_file, false, "-push").await?;
+        let target = json!({"url": agent.url, "token": self.token, "ca_file": self.pki.path("server-ca.pem"),
+            "poll_seconds": 1});
+        sim.admin("PUT", &format!("/sim/clusters/{}/push", sim.cluster), Some(target))
+            .await?;
+        Ok(agent.agent)
+    }
+}
+
+/// Leader election as deployed: each binary's default Lease in the system namespace, the
+/// only one its ServiceAccount may hold (chaos runs alone on the cluster).
+fn leader_flags() -> Vec<String> {
+    [
+        "--leader-elect",
+        "--lease-namespace",
+        e2e::deploy::SYSTEM_NAMESPACE,
+        "--lease-duration",
+        "6s",
+        "--renew-deadline",
+        "4s",
+        "--retry-period",
+        "1s",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+async fn engine(ctx: &TestContext, binary: &str) -> anyhow::Result<ControllerProcess> {
+    let flags = leader_flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    start_engine(ctx, binary, &flags).await
+}
+
+async fn controller(ctx: &TestContext) -> anyhow::Result<ControllerProcess> {
+    let flags = leader_flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    start_controller(ctx, &flags).await
+}
+
+fn helm_controller_pid() -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(cluster_dir().join("pids").join("helm-controller.pid"))?;
+    Ok(text.trim().parse()?)
+}
+
+fn signal(pid: i32, name: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -{name} {pid} failed");
+    Ok(())
+}
+
+async fn hack_cluster(arg: &str) -> anyhow::Result<()> {
+    let script = e2e::repo_root().join("hack").join("cluster.sh");
+    let out = tokio::process::Command::new("bash")
+        .arg(script)
+        .arg(arg)
+        .output()
+        .await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "hack/cluster.sh {arg}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+impl Fleet {
+    async fn start(ctx: &TestContext, sim: &SimProcess) -> anyhow::Result<Self> {
+        let mut engines = BTreeMap::new();
+        for binary in ENGINES {
+            engines.insert(binary, engine(ctx, binary).await?);
+        }
+        Ok(Self {
+            controller: controller(ctx).await?,
+            engines,
+            agent: start_agent(ctx, sim, &sim.key_file, "", &[]).await?,
+            push: None,
+            kills: BTreeMap::new(),
+        })
+    }
+
+    /// SIGKILLs `victim`, waits `pause`, starts it again.
+    async fn kill_and_restart(
+        &mut self,
+        ctx: &TestContext,
+        sim: &SimProcess,
+        victim: &'static str,
+        pause: Duration,
+    ) -> anyhow::Result<()> {
+        match victim {
+            "app-controller" => self.controller.kill().await?,
+            "agent" => self.agent.process.kill().await?,
+            "helm-controller" => signal(helm_controller_pid()?, "KILL")?,
+            engine => {
+                if let Some(p) = self.engines.get_mut(engine) {
+                    p.kill().await?;
+                }
+            }
+        }
+        *self.kills.entry(victim).or_default() += 1;
+        tokio::time::sleep(pause).await;
+        match victim {
+            "app-controller" => self.controller = controller(ctx).await?,
+            "agent" => {
+                self.agent = match &self.push {
+                    Some(push) => push.start(ctx, sim).await?,
+                    None => start_agent(ctx, sim, &sim.key_file, "", &[]).await?,
+                }
+            }
+            "helm-controller" => hack_cluster("start-helm-controller").await?,
+            engine => {
+                let started = self::engine(ctx, engine).await?;
+                if let Some(name) = ENGINES.iter().find(|e| **e == engine) {
+                    self.engines.insert(name, started);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn min_kills(&self) -> u32 {
+        VICTIMS
+            .iter()
+            .map(|v| self.kills.get(v).copied().unwrap_or_default())
+            .min()
+            .unwrap_or_default()
+    }
+
+    /// Binaries that exited on their own (none may: a lost Lease steps down, it does not exit).
+    fn exited(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.controller.is_running() {
+            out.push("app-controller".to_owned());
+        }
+        if !self.agent.process.is_running() {
+            out.push("agent".to_owned());
+        }
+        for (name, p) in &mut self.engines {
+            if !p.is_running() {
+                out.push((*name).to_owned());
+            }
+        }
+        out
+    }
+}
+
+fn app_spec(version: &str) -> Value {
+    serde_json::to_value(app("x", "demo-app", version, json!({"greeting": "chaos"})).spec).unwrap_or_default()
+}
+
+fn deadline() -> String {
+    (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(2)).to_string()
+}
+
+/// One application's round: what to ask for next, and what to wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Install,
+    Upgrade,
+    Backup,
+    Restore,
+    Runbook,
+    Done,
+}
+
+struct Round {
+    app: String,
+    step: Step,
+    asked_at: Instant,
+}
+
+impl Round {
+    fn names(&self) -> [String; 4] {
+        ["up", "bk", "rs", "rb"].map(|s| format!("{}-{s}", self.app))
+    }
+
+    async fn ask(&mut self, sim: &SimProcess, ns: &str) -> anyhow::Result<()> {
+        let [up, bk, rs, rb] = self.names();
+        let app = self.app.as_str();
+        match self.step {
+            Step::Install => {
+                sim.set_app(ns, app, app_spec("0.1.0")).await?;
+            }
+            Step::Upgrade => {
+                sim.set_op(
+                    ns,
+                    &up,
+                    json!({"type": "Upgrade", "applicationRef": {"name": app},
+                    "requestId": format!("chaos-{up}"), "deadline": deadline(),
+                    "upgrade": {"chartVersion": "0.2.0"}}),
+                )
+                .await?;
+            }
+            Step::Backup => {
+                sim.set_op(
+                    ns,
+                    &bk,
+                    json!({"type": "Backup", "applicationRef": {"name": app},
+                    "requestId": format!("chaos-{bk}"), "deadline": deadline(), "backup": {"ttl": "2h"}}),
+                )
+                .await?;
+            }
+            Step::Restore => {
+                sim.set_op(
+                    ns,
+                    &rs,
+                    json!({"type": "Restore", "applicationRef": {"name": app},
+                    "requestId": format!("chaos-{rs}"), "deadline": deadline(),
+                    "restore": {"source": {"operationName": bk}}}),
+                )
+                .await?;
+            }
+            Step::Runbook => {
+                let mut spec = runbook_spec(app, &format!("chaos-{rb}"), "echo reindexed");
+                spec["deadline"] = json!(deadline());
+                sim.set_op(ns, &rb, spec).await?;
+            }
+            Step::Done => {}
+        }
+        self.asked_at = Instant::now();
+        Ok(())
+    }
+
+    /// Whether the current step is done, as Odoo sees it (the simulator's view).
+    fn done(&self, view: &Value, ns: &str) -> bool {
+        let [up, bk, rs, rb] = self.names();
+        let status = |name: &str| summary(view, ns, name).and_then(|s| s["status"].as_str().map(str::to_owned));
+        match self.step {
+            Step::Install => status(&self.app).as_deref() == Some("ready"),
+            Step::Upgrade => status(&up).as_deref() == Some("succeeded"),
+            Step::Backup => status(&bk).as_deref() == Some("succeeded"),
+            Step::Restore => status(&rs).as_deref() == Some("succeeded"),
+            Step::Runbook => status(&rb).as_deref() == Some("succeeded"),
+            Step::Done => true,
+        }
+    }
+
+    fn advance(&mut self) {
+        self.step = match self.step {
+            Step::Install => Step::Upgrade,
+            Step::Upgrade => Step::Backup,
+            Step::Backup => Step::Restore,
+            Step::Restore => Step::Runbook,
+            Step::Runbook | Step::Done => Step::Done,
+        };
+    }
+}
+
+/// What was checked after a phase, and what was lost.
+#[derive(Debug, Default)]
+struct Findings {
+    apps: usize,
+    operations: usize,
+    not_converged: Vec<String>,
+    duplicate_children: Vec<String>,
+    duplicate_helm_revisions: Vec<String>,
+    lost_acks_or_reports: Vec<String>,
+    helm_recoveries: usize,
+}
+
+impl Findings {
+    fn lost(&self) -> usize {
+        self.not_converged.len()
+            + self.duplicate_children.len()
+            + self.duplicate_helm_revisions.len()
+            + self.lost_acks_or_reports.len()
+    }
+}
+
+/// How many times helm-controller ran `unlock` on release `app` of `ns` (its log).
+fn helm_recoveries(ns: &str, app: &str) -> usize {
+    let log = std::fs::read_to_string(cluster_dir().join("logs").join("helm-controller.log")).unwrap_or_default();
+    let release = format!("\"HelmRelease\": {{\"name\":\"{app}\",\"namespace\":\"{ns}\"}}");
+    log.lines()
+        .filter(|l| l.contains("running 'unlock' action") && l.contains(&release))
+        .count()
+}
+
+async fn jobs_of(ctx: &TestContext, uid: &str) -> anyhow::Result<usize> {
+    let jobs = ctx.api::<k8s_openapi::api::batch::v1::Job>();
+    let selector = format!("vworkspace.io/operation-uid={uid}");
+    Ok(jobs.list(&ListParams::default().labels(&selector)).await?.items.len())
+}
+
+async fn velero_children(kind: &str, plural: &str, uid: &str) -> anyhow::Result<usize> {
+    let resource = kube::api::ApiResource {
+        group: "velero.io".into(),
+        version: "v1".into(),
+        api_version: "velero.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(e2e::client().await?, "velero", &resource);
+    let selector = format!("vworkspace.io/operation-uid={uid}");
+    Ok(api.list(&ListParams::default().labels(&selector)).await?.items.len())
+}
+
+async fn check(ctx: &TestContext, sim: &SimProcess, rounds: &[Round]) -> anyhow::Result<Findings> {
+    let ns = ctx.namespace.as_str();
+    let mut f = Findings::default();
+    let view = sim.view().await?;
+    let apps = ctx.api::<ApplicationInstance>();
+    let ops = ctx.api::<Operation>();
+    let secrets = ctx.api::<Secret>();
+    let helm = secrets.list(&ListParams::default().labels("owner=helm")).await?;
+    for round in rounds.iter().filter(|r| r.step == Step::Done) {
+        f.apps += 1;
+        let app = apps.get(&round.app).await?;
+        let ready = app
+            .status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if !ready || app.spec.chart.version.as_deref() != Some("0.2.0") {
+            f.not_converged
+                .push(format!("{}: {}", round.app, e2e::apps::summary(&app)));
+        }
+        let revisions = helm
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("name"))
+                    .is_some_and(|n| n.ends_with(&round.app))
+            })
+            .count();
+        // helm-controller SIGKILLed in the middle of a Helm action leaves the release
+        // pending; on restart it runs `unlock` and then the action again: one more revision,
+        // Flux's recovery rather than an action of ours run twice. Counted apart.
+        let recovered = helm_recoveries(ns, &round.app);
+        f.helm_recoveries += recovered;
+        if revisions > 2 + recovered || revisions < 2 {
+            f.duplicate_helm_revisions.push(format!(
+                "{}: {revisions} Helm revisions, want 2 (+{recovered} after helm-controller unlocked a release it was killed on)",
+                round.app
+            ));
+        }
+        let [up, bk, rs, rb] = round.names();
+        for name in [&up, &bk, &rs, &rb] {
+            f.operations += 1;
+            let op = ops.get(name).await?;
+            let phase = op.status.as_ref().and_then(|s| s.phase);
+            if phase != Some(OperationPhase::Succeeded) {
+                f.not_converged.push(format!("{name}: {}", e2e::ops::summary(&op)));
+            }
+            let uid = op.metadata.uid.clone().unwrap_or_default();
+            let (what, n) = if *name == bk {
+                ("Velero Backups", velero_children("Backup", "backups", &uid).await?)
+            } else if *name == rs {
+                ("Velero Restores", velero_children("Restore", "restores", &uid).await?)
+            } else if *name == rb {
+                ("Jobs", jobs_of(ctx, &uid).await?)
+            } else {
+                continue;
+            };
+            if n != 1 {
+                f.duplicate_children.push(format!("{name}: {n} {what}"));
+            }
+        }
+        // Protocol.md: an object's intent is acknowledged once an acknowledgement of a
+        // revision at least the one that last changed it has an entry for it.
+        for name in [&round.app, &up, &bk, &rs, &rb] {
+            let entry = summary(&view, ns, name);
+            let acked = entry.and_then(|s| s["ack"]["revision"].as_u64());
+            let changed = entry.and_then(|s| s["intent_revision"].as_u64());
+            if !matches!((acked, changed), (Some(a), Some(c)) if a >= c) {
+                f.lost_acks_or_reports.push(format!(
+                    "{name}: intent of revision {changed:?} not acknowledged in the simulator (latest ack {acked:?})"
+                ));
+            }
+        }
+        for (name, want) in [
+            (&up, "succeeded"),
+            (&bk, "succeeded"),
+            (&rs, "succeeded"),
+            (&rb, "succeeded"),
+        ] {
+            let reported = summary(&view, ns, name).and_then(|s| s["status"].as_str());
+            if reported != Some(want) {
+                f.lost_acks_or_reports
+                    .push(format!("{name}: the simulator's latest report says {reported:?}"));
+            }
+        }
+        let reported = summary(&view, ns, &round.app).and_then(|s| s["status"].as_str());
+        if reported != Some("ready") {
+            f.lost_acks_or_reports.push(format!(
+                "{}: the simulator's latest report says {reported:?}",
+                round.app
+            ));
+        }
+    }
+    Ok(f)
+}
+
+/// Runs `rounds` to the end while `tick` runs between polls (kills, outages).
+async fn drive(
+    sim: &SimProcess,
+    ns: &str,
+    rounds: &mut [Round],
+    mut tick: impl AsyncFnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<Vec<String>> {
+    let mut stuck = Vec::new();
+    loop {
+        let keep_going = tick().await?;
+        let view = match sim.view().await {
+            Ok(v) => v,
+            Err(_) => {
+                // The simulator is down (an outage phase): nothing to read.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let mut all_done = true;
+        for round in rounds.iter_mut() {
+            if round.step == Step::Done {
+                continue;
+            }
+            all_done = false;
+            if round.done(&view, ns) {
+                round.advance();
+                if round.step != Step::Done {
+                    round.ask(sim, ns).await?;
+                }
+            } else if round.asked_at.elapsed() > STEP_TIMEOUT {
+                stuck.push(format!("{} stuck at {:?}", round.app, round.step));
+                round.step = Step::Done;
+            }
+        }
+        if all_done && !keep_going {
+            return Ok(stuck);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn new_rounds(sim: &SimProcess, ns: &str, first: usize, count: usize) -> anyhow::Result<Vec<Round>> {
+    let mut rounds = Vec::new();
+    for i in first..first + count {
+        let mut r = Round {
+            app: format!("app{i}"),
+            step: Step::Install,
+            asked_at: Instant::now(),
+        };
+        r.ask(sim, ns).await?;
+        rounds.push(r);
+    }
+    Ok(rounds)
+}
+
+fn report(phase: &str, took: Duration, f: &Findings, extra: &str) {
+    println!(
+        "CHAOS {phase}: {took:.0?}, {} apps, {} operations; not converged {}, duplicate children {}, duplicate Helm revisions {} (releases recovered by helm-controller after a kill: {}), lost acks/reports {} {extra}",
+        f.apps,
+        f.operations,
+        f.not_converged.len(),
+        f.duplicate_children.len(),
+        f.duplicate_helm_revisions.len(),
+        f.helm_recoveries,
+        f.lost_acks_or_reports.len()
+    );
+    for line in f
+        .not_converged
+        .iter()
+        .chain(&f.duplicate_children)
+        .chain(&f.duplicate_helm_revisions)
+        .chain(&f.lost_acks_or_reports)
+    {
+        println!("CHAOS   {line}");
+    }
+}
+
+#[tokio::test]
+#[ignore = "long (about 15 minutes): run by `just chaos`"]
+async fn chaos() -> anyhow::Result<()> {
+    let seed = env_u64("CHAOS_SEED", 18);
+    let kills_each = u32::try_from(env_u64("CHAOS_KILLS", 10))?;
+    let api_outage = Duration::from_secs(env_u64("CHAOS_API_OUTAGE", 120));
+    let cp_outage = Duration::from_secs(env_u64("CHAOS_CP_OUTAGE", 300));
+    println!(
+        "CHAOS seed {seed}, {kills_each} kills per binary, outages {api_outage:?} (API server), {cp_outage:?} (control plane)"
+    );
+    let ctx = TestContext::new("chaos").await?;
+    let ns = ctx.namespace.clone();
+    let mut sim = SimProcess::start(&ctx).await?;
+    let mut fleet = Fleet::start(&ctx, &sim).await?;
+    let mut rng = Rng(seed.max(1));
+
+    // Phase 1: kills during install, upgrade, backup and restore, two rounds at a time,
+    // until every binary was killed `kills_each` times.
+    let started = Instant::now();
+    let mut next_kill = Instant::now() + rng.between(Duration::from_secs(1), Duration::from_secs(5));
+    let mut next_round = 0;
+    let mut all_rounds = Vec::new();
+    while next_round == 0 || fleet.min_kills() < kills_each {
+        let mut rounds = new_rounds(&sim, &ns, next_round, 2).await?;
+        next_round += 2;
+        let (fleet, sim_ref, ctx_ref, rng, next_kill) = (&mut fleet, &sim, &ctx, &mut rng, &mut next_kill);
+        let stuck = drive(sim_ref, &ns, &mut rounds, async || {
+            if Instant::now() >= *next_kill && fleet.min_kills() < kills_each {
+                let victim = VICTIMS[rng.pick(VICTIMS.len())];
+                let pause = rng.between(Duration::from_millis(200), Duration::from_secs(2));
+                println!("CHAOS kill {victim} at {:.1?}", started.elapsed());
+                fleet.kill_and_restart(ctx_ref, sim_ref, victim, pause).await?;
+                *next_kill = Instant::now() + rng.between(Duration::from_secs(1), Duration::from_secs(5));
+            }
+            Ok(false)
+        })
+        .await?;
+        anyhow::ensure!(stuck.is_empty(), "stuck under kills: {stuck:?}");
+        all_rounds.extend(rounds);
+    }
+    let findings = check(&ctx, &sim, &all_rounds).await?;
+    report(
+        "kills",
+        started.elapsed(),
+        &findings,
+        &format!("(kills: {:?})", fleet.kills),
+    );
+    let mut lost = findings.lost();
+
+    // Phase 2: the API server stopped for `api_outage` while a round runs.
+    let started = Instant::now();
+    let mut rounds = new_rounds(&sim, &ns, next_round, 2).await?;
+    next_round += 2;
+    let apiserver: i32 = std::fs::read_to_string(cluster_dir().join("pids").join("kube-apiserver.pid"))?
+        .trim()
+        .parse()?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    signal(apiserver, "STOP")?;
+    println!("CHAOS API server stopped");
+    tokio::time::sleep(api_outage).await;
+    signal(apiserver, "CONT")?;
+    println!("CHAOS API server resumed after {api_outage:?}");
+    let stuck = drive(&sim, &ns, &mut rounds, async || Ok(false)).await?;
+    anyhow::ensure!(stuck.is_empty(), "stuck after the API server outage: {stuck:?}");
+    let exited = fleet.exited();
+    let findings = check(&ctx, &sim, &rounds).await?;
+    report(
+        "API server outage",
+        started.elapsed(),
+        &findings,
+        &format!("(binaries that exited: {exited:?})"),
+    );
+    lost += findings.lost() + exited.len();
+
+    // Phase 3: the control plane (the simulator) stopped for `cp_outage` while the cluster
+    // changes: the rounds asked for before the stop run on; their reports wait.
+    let started = Instant::now();
+    let mut rounds = new_rounds(&sim, &ns, next_round, 2).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sim.stop().await?;
+    println!("CHAOS control plane stopped");
+    tokio::time::sleep(cp_outage).await;
+    sim.restart().await?;
+    println!("CHAOS control plane back after {cp_outage:?}");
+    // The steps' timeouts count from now: nothing could be reported during the outage.
+    for round in &mut rounds {
+        round.asked_at = Instant::now();
+    }
+    let stuck = drive(&sim, &ns, &mut rounds, async || Ok(false)).await?;
+    anyhow::ensure!(stuck.is_empty(), "stuck after the control-plane outage: {stuck:?}");
+    let exited = fleet.exited();
+    let findings = check(&ctx, &sim, &rounds).await?;
+    report(
+        "control-plane outage",
+        started.elapsed(),
+        &findings,
+        &format!("(binaries that exited: {exited:?})"),
+    );
+    lost += findings.lost() + exited.len();
+
+    // Phase 4: the agent in push mode (the simulator pushes documents and polls status),
+    // killed with the rest until the push agent alone was killed `kills_each` times.
+    let started = Instant::now();
+    fleet.agent.process.kill().await?;
+    let push = Push::new(&ctx)?;
+    fleet.agent = push.start(&ctx, &sim).await?;
+    fleet.push = Some(push);
+    let kills_before = fleet.kills.get("agent").copied().unwrap_or_default();
+    let mut push_rounds = Vec::new();
+    let push_kills = |fleet: &Fleet| fleet.kills.get("agent").copied().unwrap_or_default() - kills_before;
+    while push_rounds.is_empty() || push_kills(&fleet) < kills_each {
+        let mut rounds = new_rounds(&sim, &ns, next_round, 2).await?;
+        next_round += 2;
+        let (fleet, sim_ref, ctx_ref, rng, next_kill) = (&mut fleet, &sim, &ctx, &mut rng, &mut next_kill);
+        let stuck = drive(sim_ref, &ns, &mut rounds, async || {
+            if Instant::now() >= *next_kill && push_kills(fleet) < kills_each {
+                // Every other kill is the push agent's, the rest as before.
+                let victim = if rng.pick(2) == 0 {
+                    "agent"
+                } else {
+                    VICTIMS[rng.pick(VICTIMS.len())]
+                };
+                let pause = rng.between(Duration::from_millis(200), Duration::from_secs(2));
+                println!("CHAOS kill {victim} at {:.1?} (push mode)", started.elapsed());
+                fleet.kill_and_restart(ctx_ref, sim_ref, victim, pause).await?;
+                *next_kill = Instant::now() + rng.between(Duration::from_secs(1), Duration::from_secs(5));
+            }
+            Ok(false)
+        })
+        .await?;
+        anyhow::ensure!(stuck.is_empty(), "stuck under kills in push mode: {stuck:?}");
+        push_rounds.extend(rounds);
+    }
+    let findings = check(&ctx, &sim, &push_rounds).await?;
+    report(
+        "push-mode kills",
+        started.elapsed(),
+        &findings,
+        &format!("(push agent killed {} times)", push_kills(&fleet)),
+    );
+    lost += findings.lost();
+
+    println!("CHAOS total lost: {lost}");
+    anyhow::ensure!(lost == 0, "chaos lost {lost} things; see the CHAOS lines");
+    Ok(())
+}
