@@ -561,6 +561,42 @@ async fn new_rounds(sim: &SimProcess, ns: &str, first: usize, count: usize) -> a
     Ok(rounds)
 }
 
+/// Rounds of the workload, two at a time, with a kill (of `victim(rng)`) every 1–5 s, until
+/// `enough(fleet)` once a round ended. Returns every round run.
+#[allow(clippy::too_many_arguments)] // the phase's whole context, passed once
+async fn kill_phase(
+    ctx: &TestContext,
+    sim: &SimProcess,
+    fleet: &mut Fleet,
+    rng: &mut Rng,
+    next_round: &mut usize,
+    label: &str,
+    enough: impl Fn(&Fleet) -> bool,
+    mut victim: impl FnMut(&mut Rng) -> &'static str,
+) -> anyhow::Result<Vec<Round>> {
+    let started = Instant::now();
+    let mut next_kill = Instant::now() + rng.between(Duration::from_secs(1), Duration::from_secs(5));
+    let mut all = Vec::new();
+    while all.is_empty() || !enough(fleet) {
+        let mut rounds = new_rounds(sim, &ctx.namespace, *next_round, 2).await?;
+        *next_round += 2;
+        let stuck = drive(sim, &ctx.namespace, &mut rounds, async || {
+            if Instant::now() >= next_kill && !enough(fleet) {
+                let victim = victim(rng);
+                let pause = rng.between(Duration::from_millis(200), Duration::from_secs(2));
+                println!("CHAOS kill {victim} at {:.1?}{label}", started.elapsed());
+                fleet.kill_and_restart(ctx, sim, victim, pause).await?;
+                next_kill = Instant::now() + rng.between(Duration::from_secs(1), Duration::from_secs(5));
+            }
+            Ok(false)
+        })
+        .await?;
+        anyhow::ensure!(stuck.is_empty(), "stuck under kills{label}: {stuck:?}");
+        all.extend(rounds);
+    }
+    Ok(all)
+}
+
 fn report(phase: &str, took: Duration, f: &Findings, extra: &str) {
     println!(
         "CHAOS {phase}: {took:.0?}, {} apps, {} operations; not converged {}, duplicate children {}, duplicate Helm revisions {} (releases recovered by helm-controller after a kill: {}), lost acks/reports {} {extra}",
@@ -601,27 +637,18 @@ async fn main() -> anyhow::Result<()> {
     // Phase 1: kills during install, upgrade, backup and restore, two rounds at a time,
     // until every binary was killed `kills_each` times.
     let started = Instant::now();
-    let mut next_kill = Instant::now() + rng.between(Duration::from_secs(1), Duration::from_secs(5));
     let mut next_round = 0;
-    let mut all_rounds = Vec::new();
-    while next_round == 0 || fleet.min_kills() < kills_each {
-        let mut rounds = new_rounds(&sim, &ns, next_round, 2).await?;
-        next_round += 2;
-        let (fleet, sim_ref, ctx_ref, rng, next_kill) = (&mut fleet, &sim, &ctx, &mut rng, &mut next_kill);
-        let stuck = drive(sim_ref, &ns, &mut rounds, async || {
-            if Instant::now() >= *next_kill && fleet.min_kills() < kills_each {
-                let victim = VICTIMS[rng.pick(VICTIMS.len())];
-                let pause = rng.between(Duration::from_millis(200), Duration::from_secs(2));
-                println!("CHAOS kill {victim} at {:.1?}", started.elapsed());
-                fleet.kill_and_restart(ctx_ref, sim_ref, victim, pause).await?;
-                *next_kill = Instant::now() + rng.between(Duration::from_secs(1), Duration::from_secs(5));
-            }
-            Ok(false)
-        })
-        .await?;
-        anyhow::ensure!(stuck.is_empty(), "stuck under kills: {stuck:?}");
-        all_rounds.extend(rounds);
-    }
+    let all_rounds = kill_phase(
+        &ctx,
+        &sim,
+        &mut fleet,
+        &mut rng,
+        &mut next_round,
+        "",
+        |fleet| fleet.min_kills() >= kills_each,
+        |rng| VICTIMS[rng.pick(VICTIMS.len())],
+    )
+    .await?;
     let findings = check(&ctx, &sim, &all_rounds).await?;
     report(
         "kills",
@@ -660,6 +687,7 @@ async fn main() -> anyhow::Result<()> {
     // changes: the rounds asked for before the stop run on; their reports wait.
     let started = Instant::now();
     let mut rounds = new_rounds(&sim, &ns, next_round, 2).await?;
+    next_round += 2;
     tokio::time::sleep(Duration::from_secs(3)).await;
     sim.stop().await?;
     println!("CHAOS control plane stopped");
@@ -690,31 +718,25 @@ async fn main() -> anyhow::Result<()> {
     fleet.agent = push.start(&ctx, &sim).await?;
     fleet.push = Some(push);
     let kills_before = fleet.kills.get("agent").copied().unwrap_or_default();
-    let mut push_rounds = Vec::new();
     let push_kills = |fleet: &Fleet| fleet.kills.get("agent").copied().unwrap_or_default() - kills_before;
-    while push_rounds.is_empty() || push_kills(&fleet) < kills_each {
-        let mut rounds = new_rounds(&sim, &ns, next_round, 2).await?;
-        next_round += 2;
-        let (fleet, sim_ref, ctx_ref, rng, next_kill) = (&mut fleet, &sim, &ctx, &mut rng, &mut next_kill);
-        let stuck = drive(sim_ref, &ns, &mut rounds, async || {
-            if Instant::now() >= *next_kill && push_kills(fleet) < kills_each {
-                // Every other kill is the push agent's, the rest as before.
-                let victim = if rng.pick(2) == 0 {
-                    "agent"
-                } else {
-                    VICTIMS[rng.pick(VICTIMS.len())]
-                };
-                let pause = rng.between(Duration::from_millis(200), Duration::from_secs(2));
-                println!("CHAOS kill {victim} at {:.1?} (push mode)", started.elapsed());
-                fleet.kill_and_restart(ctx_ref, sim_ref, victim, pause).await?;
-                *next_kill = Instant::now() + rng.between(Duration::from_secs(1), Duration::from_secs(5));
+    let push_rounds = kill_phase(
+        &ctx,
+        &sim,
+        &mut fleet,
+        &mut rng,
+        &mut next_round,
+        " (push mode)",
+        |fleet| push_kills(fleet) >= kills_each,
+        // Every other kill is the push agent's, the rest as before.
+        |rng| {
+            if rng.pick(2) == 0 {
+                "agent"
+            } else {
+                VICTIMS[rng.pick(VICTIMS.len())]
             }
-            Ok(false)
-        })
-        .await?;
-        anyhow::ensure!(stuck.is_empty(), "stuck under kills in push mode: {stuck:?}");
-        push_rounds.extend(rounds);
-    }
+        },
+    )
+    .await?;
     let findings = check(&ctx, &sim, &push_rounds).await?;
     report(
         "push-mode kills",
