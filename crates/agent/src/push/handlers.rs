@@ -338,9 +338,19 @@ impl<C: Cluster> PushState<C> {
         });
         self.health.metrics().sent(reports.len(), 0);
         self.health.metrics().pending(self.status.with(|c| c.pending()));
-        let known = match self.current_ledger().await {
-            Ok(ledger) => ledger.known().cloned(),
-            Err(_) => self.ledger.lock().await.known().cloned(),
+        // `known` as recorded (another replica may have led since); what this replica
+        // holds when the record cannot be read now (polled every few seconds: no error log).
+        let known = {
+            let mut ledger = self.ledger.lock().await;
+            if let Some(store) = &self.ledger_store {
+                match store.load().await {
+                    Ok(recorded) => *ledger = recorded,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "status: the ledger could not be read; answering from memory")
+                    }
+                }
+            }
+            ledger.known().cloned()
         };
         self.pushed().await;
         Ok(StatusResult {
