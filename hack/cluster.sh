@@ -106,6 +106,8 @@ start() { # name cmd...: start in background inside the netns, log to a file, re
   local name=$1; shift
   if running "$name"; then log "$name already running"; return; fi
   mkdir -p "$PID_DIR" "$LOG_DIR"
+  # A pidfile left by a killed process would pass for the new one's until it is rewritten.
+  rm -f "$PID_DIR/$name.pid"
   in_netns setsid bash -c 'echo $$ > "$0"; exec "$@"' "$PID_DIR/$name.pid" "$@" \
     >> "$LOG_DIR/$name.log" 2>&1 < /dev/null &
   for _ in $(seq 50); do [[ -s $PID_DIR/$name.pid ]] && break; sleep 0.1; done
