@@ -28,7 +28,7 @@ use kube::{
         watcher,
     },
 };
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::{
     reconciler::{self, Context},
@@ -64,17 +64,29 @@ pub async fn run(
             Default::default(),
         );
 
+    // Each owned kind is watched with its own backoff, and its errors stay in its stream:
+    // the Controller pauses *all* its triggers after any trigger error, so on a cluster
+    // without Flux's CRDs (every list of theirs a 404) ApplicationInstance events would
+    // otherwise wait up to 30 s behind that backoff (EngineNotInstalled late, and late again
+    // for each new app).
     let owned = |kind: helmengine::flux::FluxKind| {
         let ar = kind.api_resource();
-        let api: Api<DynamicObject> = match scope.watch_namespace() {
+        // Api<PartialObjectMeta<_>> makes metadata-only requests.
+        let api: Api<PartialObjectMeta<DynamicObject>> = match scope.watch_namespace() {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),
         };
-        (api, ar)
+        // Backoff after `touched_objects`: the watcher emits `Init` before every list, and
+        // any item resets a backoff placed before it, so a list failing over and over (404)
+        // would be retried every second instead of backing off to 30 s.
+        let stream = watcher(api, watcher::Config::default())
+            .touched_objects()
+            .default_backoff();
+        (keep_errors_to_itself(stream, kind.kind), ar)
     };
-    let (hr_api, hr_ar) = owned(HELM_RELEASE);
-    let (repo_api, repo_ar) = owned(HELM_REPOSITORY);
-    let (oci_api, oci_ar) = owned(OCI_REPOSITORY);
+    let (hr_stream, hr_ar) = owned(HELM_RELEASE);
+    let (repo_stream, repo_ar) = owned(HELM_REPOSITORY);
+    let (oci_stream, oci_ar) = owned(OCI_REPOSITORY);
 
     // Api<PartialObjectMeta<_>> makes metadata-only requests.
     let config_maps: Api<PartialObjectMeta<ConfigMap>> = scope.api(client.clone());
@@ -90,9 +102,9 @@ pub async fn run(
     let ctx = Arc::new(make_context(reader.clone()));
     let cm_reader = reader.clone();
     Controller::for_stream(app_stream, reader)
-        .owns_with(hr_api, hr_ar, watcher::Config::default())
-        .owns_with(repo_api, repo_ar, watcher::Config::default())
-        .owns_with(oci_api, oci_ar, watcher::Config::default())
+        .owns_stream_with(hr_stream, hr_ar)
+        .owns_stream_with(repo_stream, repo_ar)
+        .owns_stream_with(oci_stream, oci_ar)
         .watches_stream(cm_stream, move |meta: PartialObjectMeta<ConfigMap>| {
             referencing(&cm_reader, &meta, ValuesSourceKind::ConfigMap)
         })
@@ -105,6 +117,23 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+/// `stream` without its errors, which are logged instead (the watcher behind it retries
+/// with its own backoff).
+fn keep_errors_to_itself<T: Send>(
+    stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send,
+    kind: &'static str,
+) -> impl futures::Stream<Item = Result<T, watcher::Error>> + Send {
+    stream.filter_map(move |item| {
+        std::future::ready(match item {
+            Ok(object) => Some(Ok(object)),
+            Err(error) => {
+                warn!(kind, %error, "watch failed; retrying");
+                None
+            }
+        })
+    })
 }
 
 /// Changes of the Operation-held suspension wake the reconciler (annotations do not move
@@ -141,4 +170,26 @@ fn referencing<K: Resource>(
 /// The requeue policy after failed reconciles: 2 s doubling to 5 min.
 pub fn failures() -> controller_kit::RetryBackoff<ObjectRef<DeserializeGuard<ApplicationInstance>>> {
     controller_kit::RetryBackoff::new(std::time::Duration::from_secs(2), std::time::Duration::from_secs(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt as _;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_owned_watch_keeps_its_errors_to_itself() {
+        let failed = || watcher::Error::NoResourceVersion;
+        let items = futures::stream::iter([Err(failed()), Ok(1), Err(failed()), Ok(2)]);
+        let passed: Vec<Result<i32, String>> = keep_errors_to_itself(items, "HelmRelease")
+            .map(|item| item.map_err(|e| e.to_string()))
+            .collect()
+            .await;
+        assert_eq!(
+            passed,
+            [Ok(1), Ok(2)],
+            "errors never reach the Controller's shared trigger backoff"
+        );
+    }
 }

@@ -90,7 +90,7 @@ impl FluxEngine {
         for (group_version, kinds) in REQUIRED {
             let served = match self.client.list_api_group_resources(group_version).await {
                 Ok(list) => list.resources.into_iter().map(|r| r.name).collect(),
-                Err(kube::Error::Api(status)) if status.is_not_found() => Vec::new(),
+                Err(kube::Error::Api(status)) if is_not_found(&status) => Vec::new(),
                 Err(err) => return Err(err.into()),
             };
             let absent = kinds.iter().filter(|k| !served.iter().any(|name| name == k.plural));
@@ -242,7 +242,7 @@ impl FluxEngine {
             .await
         {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.is_not_found() && !names_namespace(&status) => Err(
+            Err(kube::Error::Api(status)) if is_not_found(&status) && !names_namespace(&status) => Err(
                 EngineError::NotInstalled(format!("the cluster does not serve {}", kind.resource_name())),
             ),
             Err(err) => Err(err.into()),
@@ -287,7 +287,7 @@ impl FluxEngine {
         let namespace = reference.namespace.as_deref().unwrap_or_default();
         match self.api(kind, namespace).get(&reference.name).await {
             Ok(object) => Ok(Some(object)),
-            Err(kube::Error::Api(status)) if status.is_not_found() || status.is_forbidden() => Ok(None),
+            Err(kube::Error::Api(status)) if is_not_found(&status) || status.is_forbidden() => Ok(None),
             Err(err) => Err(err.into()),
         }
     }
@@ -330,7 +330,7 @@ async fn delete_tolerant(api: &Api<DynamicObject>, name: &str, uid: Option<Strin
     };
     match api.delete(name, &params).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => Ok(()),
+        Err(kube::Error::Api(status)) if is_not_found(&status) || status.is_conflict() => Ok(()),
         Err(err) => Err(err.into()),
     }
 }
@@ -346,6 +346,14 @@ fn managed_kind(source: &DynamicObject) -> FluxKind {
 
 /// A 404 on create that is about the namespace (being deleted or absent),
 /// not about the resource type.
+/// A 404, with or without a `Status` body. The API server answers a path under a group
+/// version it does not serve (Flux's CRDs not installed) with the plain text `404 page not
+/// found`, which kube turns into a `Status` without the `NotFound` reason, so
+/// `Status::is_not_found` alone would take "Flux is not installed" for an API failure.
+fn is_not_found(status: &kube::core::Status) -> bool {
+    status.code == 404 || status.is_not_found()
+}
+
 fn names_namespace(status: &kube::core::Status) -> bool {
     status.details.as_ref().is_some_and(|d| d.kind == "namespaces")
 }

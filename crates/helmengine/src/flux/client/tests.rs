@@ -448,6 +448,50 @@ async fn check_installed_lists_what_is_missing() {
     );
 }
 
+/// What a real API server answers for a group version nobody serves: the plain text
+/// `404 page not found`, no `Status` (a JSON string here, which kube cannot parse as one
+/// either). Seen on a cluster without Flux, where it was taken for an API failure and
+/// retried forever instead of reported.
+fn page_not_found(path: &str) -> Step {
+    step(Method::GET, path, StatusCode::NOT_FOUND, json!("404 page not found"))
+}
+
+#[tokio::test]
+async fn check_installed_takes_a_plain_404_for_not_served() {
+    let script = vec![
+        page_not_found("/apis/helm.toolkit.fluxcd.io/v2"),
+        page_not_found("/apis/source.toolkit.fluxcd.io/v1"),
+    ];
+    let (result, _) = run(script, async |engine| engine.check_installed().await).await;
+    let err = result.expect_err("not installed");
+    assert_eq!(err.reason(), api::conditions::reasons::ENGINE_NOT_INSTALLED);
+    assert_eq!(
+        err.to_string(),
+        "Flux is not installed or too old (v2.6 or newer is needed): the cluster does not serve \
+         helmreleases.helm.toolkit.fluxcd.io/v2, helmrepositories.source.toolkit.fluxcd.io/v1, \
+         ocirepositories.source.toolkit.fluxcd.io/v1, helmcharts.source.toolkit.fluxcd.io/v1"
+    );
+}
+
+#[tokio::test]
+async fn materialize_maps_a_plain_404_on_apply_to_not_installed() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let script = vec![
+        not_found(HR_PATH),
+        not_found(HELMREPO_PATH),
+        step(
+            Method::PATCH,
+            HELMREPO_PATH,
+            StatusCode::NOT_FOUND,
+            json!("404 page not found"),
+        ),
+    ];
+    let input = MaterializeInput::default();
+    let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    let err = result.expect_err("not served");
+    assert_eq!(err.reason(), api::conditions::reasons::ENGINE_NOT_INSTALLED, "{err}");
+}
+
 #[tokio::test]
 async fn check_installed_ok() {
     let list = |group_version: &str, names: &[&str]| {
