@@ -126,7 +126,7 @@ pub fn verdict(app: &ApplicationInstance, expected_version: &str) -> Verdict {
 
     if is(ready, "True") {
         let exact = is_exact_version(expected_version);
-        if !exact || deployed == expected_version {
+        if !exact || is_deployed_version(deployed, expected_version) {
             return Verdict::Released(format!("chart version {deployed} released and Ready"));
         }
         return Verdict::Waiting(format!(
@@ -159,6 +159,15 @@ pub fn verdict(app: &ApplicationInstance, expected_version: &str) -> Verdict {
     Verdict::Waiting(format!(
         "waiting for Flux to release chart version {expected_version} ({detail})"
     ))
+}
+
+/// Whether the deployed chart version is the expected one. A chart from an OCIRepository is
+/// reported with the artifact digest as build metadata (`0.2.0+8e1052361664`, as
+/// helm-controller versions it); build metadata does not change a version's identity in
+/// semver, so it only counts when the expected version names it too.
+fn is_deployed_version(deployed: &str, expected: &str) -> bool {
+    deployed == expected
+        || (!expected.contains('+') && deployed.split_once('+').is_some_and(|(core, _)| core == expected))
 }
 
 /// Whether `version` names one version rather than a range (`*`, `^1`, `>=1.0 <2`, `1.x`).
@@ -253,6 +262,23 @@ mod tests {
         assert!(matches!(verdict(&ok, "0.2.0"), Verdict::Released(_)));
         assert!(matches!(verdict(&ok, "0.3.0"), Verdict::Waiting(_)));
         assert!(matches!(verdict(&ok, ">=0.1.0"), Verdict::Released(_)));
+    }
+
+    #[test]
+    fn an_oci_chart_versioned_with_its_digest_is_the_expected_version() {
+        let cases = [
+            ("0.2.0+8e1052361664", "0.2.0", true),
+            ("0.2.0+8e1052361664", "0.2.0+8e1052361664", true),
+            ("0.2.0+8e1052361664", "0.2.0+000000000000", false),
+            ("0.2.0+8e1052361664", "0.2", false),
+            ("0.20.0+8e1052361664", "0.2.0", false),
+            ("0.2.0", "0.2.0+8e1052361664", false),
+        ];
+        for (deployed, expected, want) in cases {
+            let ok = app(3, 3, &[("Ready", "True", "UpgradeSucceeded")], deployed);
+            let released = matches!(verdict(&ok, expected), Verdict::Released(_));
+            assert_eq!(released, want, "deployed {deployed}, expected {expected}");
+        }
     }
 
     #[test]
