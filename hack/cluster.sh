@@ -12,6 +12,8 @@
 #   hack/cluster.sh stop-flux     stop only source-controller and helm-controller
 #   hack/cluster.sh start-helm-controller  start helm-controller alone (after just chaos killed it)
 #   hack/cluster.sh load-images ARCHIVE...  OCI archives into the real node's containerd
+#   hack/cluster.sh start-registries  start (or restart) the OCI registry and the HTTPS chart
+#                            repository on a running cluster, and push the test charts
 #
 # `up` starts one real node (real-node-0: containerd, kubelet, kube-proxy, CoreDNS and a
 # volume provisioner; hack/node.sh) beside the kwok node, unless VWS_REAL_NODE=0.
@@ -35,6 +37,13 @@ PEER_CLUSTER_DIR="$CLUSTER_DIR-peer"
 PID_DIR="$CLUSTER_DIR/pids"
 LOG_DIR="$CLUSTER_DIR/logs"
 CHART_PORT=18879
+# Authenticated chart sources (TLS with a private CA, basic auth), for the chart-source tests:
+# an OCI registry (CNCF distribution) holding every test chart as a Helm OCI artifact under
+# charts/<chart>:<version>, and a Helm repository over HTTPS serving the same charts. One CA,
+# one user and password per cluster directory, in $REG_STATE (ca.crt, username, password).
+REGISTRY_PORT=18881
+HTTPS_CHART_PORT=18882
+REG_STATE=$CLUSTER_DIR/registry
 APISERVER=https://127.0.0.1:6443
 # Velero and its object store (docs/development/local-cluster.md#velero-and-s3).
 # Velero's controller-runtime manager also listens on :8080 (not configurable).
@@ -52,7 +61,7 @@ VELERO_BUCKET=velero
 source "$HACK_DIR/node.sh"
 
 # Components; stopped in reverse order of this list.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok chart-server source-controller helm-controller moto velero)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok chart-server registry https-chart-server source-controller helm-controller moto velero)
 if [[ $PROFILE == apiserver ]]; then COMPONENTS=(etcd kube-apiserver); fi
 
 # The same script for the peer cluster: its own netns and directory, etcd and kube-apiserver only.
@@ -285,12 +294,79 @@ EOF
   # On every address of the netns: pods on the real node fetch charts from $NODE_IP.
   start chart-server python3 -m http.server "$CHART_PORT" --bind 0.0.0.0 --directory "$d/charts"
   wait_for chart-server 30 curl -fsS "http://127.0.0.1:$CHART_PORT/index.yaml"
+  start_registries
 
   start_flux
   wait "$velero_setup" || die "setting up Velero failed (see above)"
   # Velero validates the BackupStorageLocation against moto shortly after it starts.
   wait_for velero 90 bash -c '[[ $("$0" --kubeconfig "$1" -n "$2" get backupstoragelocations.velero.io default \
     -o "jsonpath={.status.phase}") == Available ]]' "$BIN_DIR/kubectl" "$KUBECONFIG_PATH" "$VELERO_NS"
+}
+
+# Once per cluster directory: a private CA, a server certificate for 127.0.0.1 and localhost
+# signed by it, a test user with a random password, and its bcrypt htpasswd line (the only
+# hash distribution accepts). Kept by `down`, so a cluster's credentials stay put.
+gen_registry_credentials() {
+  local r=$REG_STATE
+  [[ -s $r/ca.crt && -s $r/server.crt && -s $r/server.key && -s $r/username && -s $r/password && -s $r/htpasswd ]] && return
+  log "generating the registry's CA, certificate and credentials in $r"
+  rm -rf "$r"; mkdir -p "$r"; chmod 700 "$r"
+  (
+    cd "$r"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=vws-e2e-registry-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > server.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -out server.crt \
+      -extfile server.ext 2>/dev/null
+    rm -f server.csr
+    umask 077
+    echo vws-charts > username
+    openssl rand -hex 20 > password
+    "$REGISTRY_DIR/bin/htpasswd" "$(cat username)" < password > htpasswd
+  ) || die "generating the registry's credentials failed"
+}
+
+# The OCI registry (TLS, htpasswd basic auth, storage in $REG_STATE/storage) and the HTTPS Helm
+# repository, both on 127.0.0.1 only (source-controller runs in this netns, out of cluster);
+# then every chart of $CLUSTER_DIR/charts is pushed to the registry (idempotent). A running
+# instance is restarted, so a changed configuration or new charts take effect.
+start_registries() {
+  local r=$REG_STATE
+  gen_registry_credentials
+  cat > "$r/config.yml" <<EOF
+version: 0.1
+log: {level: info, formatter: text, accesslog: {disabled: false}}
+storage: {filesystem: {rootdirectory: $r/storage}, delete: {enabled: true}}
+http:
+  addr: 127.0.0.1:$REGISTRY_PORT
+  tls: {certificate: $r/server.crt, key: $r/server.key}
+auth:
+  htpasswd: {realm: vws-e2e-registry, path: $r/htpasswd}
+EOF
+  stop_component registry
+  stop_component https-chart-server
+  # OTEL_TRACES_EXPORTER=none: distribution exports traces over OTLP by default, to nothing here.
+  start registry env OTEL_TRACES_EXPORTER=none "$REGISTRY_DIR/bin/registry" serve "$r/config.yml"
+  start https-chart-server python3 "$HACK_DIR/https-chart-server.py" --port "$HTTPS_CHART_PORT" --bind 127.0.0.1 \
+    --cert "$r/server.crt" --key "$r/server.key" --username-file "$r/username" --password-file "$r/password" \
+    "$CLUSTER_DIR/charts"
+  # Unauthenticated probes: 401 proves TLS works and the server answers.
+  wait_for registry 30 bash -c '[[ $(curl -sS -o /dev/null -w "%{http_code}" --cacert "$0" "$1") == 401 ]]' \
+    "$r/ca.crt" "https://127.0.0.1:$REGISTRY_PORT/v2/"
+  wait_for https-chart-server 30 bash -c '[[ $(curl -sS -o /dev/null -w "%{http_code}" --cacert "$0" "$1") == 401 ]]' \
+    "$r/ca.crt" "https://127.0.0.1:$HTTPS_CHART_PORT/index.yaml"
+  in_netns python3 "$HACK_DIR/push-oci-charts.py" --registry "https://127.0.0.1:$REGISTRY_PORT" --ca "$r/ca.crt" \
+    --username-file "$r/username" --password-file "$r/password" "$CLUSTER_DIR/charts" > "$LOG_DIR/push-oci-charts.log" \
+    || die "pushing the charts to the registry failed (see above)"
+  log "pushed $(wc -l < "$LOG_DIR/push-oci-charts.log") charts to the registry (list in $LOG_DIR/push-oci-charts.log)"
+}
+
+cmd_start_registries() {
+  REGISTRY_DIR=$("$HACK_DIR/build-registry-bins.sh")
+  running kube-apiserver || die "the cluster is not running; run hack/cluster.sh up"
+  [[ -s $CLUSTER_DIR/charts/index.yaml ]] || die "no charts in $CLUSTER_DIR/charts; run hack/cluster.sh up"
+  start_registries
 }
 
 # Flux, locked down for multi-tenancy as the bundle ships it (hack/gen-flux-manifests.sh):
@@ -437,6 +513,7 @@ cmd_up() {
     return
   fi
   VELERO_DIR=$("$HACK_DIR/build-velero-bins.sh")
+  REGISTRY_DIR=$("$HACK_DIR/build-registry-bins.sh")
   clean_stale_state
   note_other_clusters
   ensure_netns
@@ -452,6 +529,9 @@ cmd_up() {
     echo "export VWS_CLUSTER_DIR=$CLUSTER_DIR"
     echo "export VWS_CHART_REPO=http://127.0.0.1:$CHART_PORT"
     echo "export VWS_CHART_REPO_FOR_PODS=http://$NODE_IP:$CHART_PORT"
+    echo "export VWS_OCI_REGISTRY=127.0.0.1:$REGISTRY_PORT"
+    echo "export VWS_HTTPS_CHART_REPO=https://127.0.0.1:$HTTPS_CHART_PORT"
+    echo "export VWS_REGISTRY_STATE=$REG_STATE"
     echo "export VWS_VELERO_DIR=$VELERO_DIR"
     echo "export VWS_VELERO_NAMESPACE=$VELERO_NS"
     echo "export VWS_S3_URL=$S3_URL"
@@ -561,5 +641,7 @@ case "${1:-}" in
     import_images "$@"; log "imported $# image archive(s) into $NODE_NAME" ;;
   # The peer alone (up starts it too), e.g. beside a cluster started before it existed.
   peer-up) peer up ;;
-  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|stop-flux|start-helm-controller|load-images ARCHIVE..." >&2; exit 2 ;;
+  # The registry and the HTTPS chart repository alone, e.g. beside a cluster started before they existed.
+  start-registries) cmd_start_registries ;;
+  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|stop-flux|start-helm-controller|load-images ARCHIVE...|start-registries" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@
 #   hack/gen-tool-modules.sh velero ...    only the named ones (kube, etcd, kwok,
 #                                          helm-controller, source-controller, velero,
 #                                          node-kube, node-containerd, node-runc, node-cni,
-#                                          node-coredns, node-local-path)
+#                                          node-coredns, node-local-path, registry)
 source "$(dirname "$0")/lib.sh"
 
 SELECTED=("$@")
@@ -206,5 +206,19 @@ if selected node-local-path; then
   log "node-local-path $LOCAL_PATH_PROVISIONER_VERSION"
   node_wrapper node-local-path "github.com/rancher/local-path-provisioner@$LOCAL_PATH_PROVISIONER_VERSION" \
     github.com/rancher/local-path-provisioner
+fi
+# --- The OCI registry (CNCF distribution, hack/versions-registry.env) ----------
+# Cached apart from the control plane (registry_cache_key in lib.sh). The module
+# also holds the hand-written htpasswd helper (hack/tools/registry/htpasswd/),
+# so only go.mod and go.sum are regenerated, and tidy adds golang.org/x/crypto at
+# the version distribution already selects.
+if selected registry; then
+  log "registry $DISTRIBUTION_VERSION"
+  d="$HACK_DIR/tools/registry"
+  mkdir -p "$d"; rm -f "$d/go.mod" "$d/go.sum"
+  printf 'module %s\n\ngo 1.26.0\n' vworkspace.local/tools/registry > "$d/go.mod"
+  up=$(go mod download -json "github.com/distribution/distribution/v3@$DISTRIBUTION_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  copy_nonlocal_replaces "$d" "$up"
+  (cd "$d" && go get -tool "github.com/distribution/distribution/v3/cmd/registry@$DISTRIBUTION_VERSION" && go mod tidy)
 fi
 log "wrappers regenerated under hack/tools/"

@@ -10,6 +10,8 @@ source "$HACK_DIR/versions.env"
 source "$HACK_DIR/versions-velero.env"
 # shellcheck source=versions-node.env
 source "$HACK_DIR/versions-node.env"
+# shellcheck source=versions-registry.env
+source "$HACK_DIR/versions-registry.env"
 
 export GOTOOLCHAIN=local
 export GOFLAGS=-buildvcs=false
@@ -18,13 +20,14 @@ export CGO_ENABLED=0
 # Binaries live outside the repository, keyed by everything that decides them,
 # so a clean clone reuses them and a version bump rebuilds.
 CACHE_ROOT="${VWS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vworkspace-operator}"
-# Velero (hack/tools/velero, hack/versions-velero.env) and the real node
-# (hack/tools/node-*, hack/versions-node.env) are cached on their own, so they
-# are left out of this key: adding or bumping them never rebuilds Kubernetes.
+# Velero (hack/tools/velero, hack/versions-velero.env), the real node
+# (hack/tools/node-*, hack/versions-node.env) and the OCI registry
+# (hack/tools/registry, hack/versions-registry.env) are cached on their own, so
+# they are left out of this key: adding or bumping them never rebuilds Kubernetes.
 cache_key() {
   local d mods=() sums=()
   for d in "$HACK_DIR"/tools/*/; do
-    [[ $d == */tools/velero/ || $d == */tools/node-*/ ]] && continue
+    [[ $d == */tools/velero/ || $d == */tools/node-*/ || $d == */tools/registry/ ]] && continue
     mods+=("${d}go.mod"); sums+=("${d}go.sum")
   done
   { cat "$HACK_DIR/versions.env" "${mods[@]}" "${sums[@]}" 2>/dev/null || true; } | sha256sum | cut -c1-16
@@ -48,6 +51,14 @@ node_cache_key() {
     cat "$HACK_DIR/versions-node.env" "$HACK_DIR"/tools/node-*/go.mod "$HACK_DIR"/tools/node-*/go.sum 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
 NODE_DIR="$CACHE_ROOT/node-$(node_cache_key)"
+
+# The OCI registry and its htpasswd helper (hack/build-registry-bins.sh), keyed
+# by hack/versions-registry.env, the wrapper and the helper's source.
+registry_cache_key() {
+  { cat "$HACK_DIR/versions-registry.env" "$HACK_DIR"/tools/registry/go.mod "$HACK_DIR"/tools/registry/go.sum \
+        "$HACK_DIR"/tools/registry/htpasswd/main.go 2>/dev/null || true; } | sha256sum | cut -c1-16
+}
+REGISTRY_DIR="$CACHE_ROOT/registry-$(registry_cache_key)"
 
 # Runtime state of the local cluster (certs, kubeconfig, logs, pids): ignored by git.
 CLUSTER_DIR="${VWS_CLUSTER_DIR:-$REPO_ROOT/target/e2e-cluster}"

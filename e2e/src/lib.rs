@@ -35,6 +35,7 @@ pub mod flux;
 pub mod ops;
 pub mod process;
 pub mod real_node;
+pub mod sources;
 
 /// Field manager for objects the tests write.
 pub const FIELD_MANAGER: &str = "vws-e2e";
