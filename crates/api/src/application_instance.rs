@@ -104,6 +104,12 @@ pub struct ApplicationInstanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_detection: Option<DriftDetection>,
 
+    /// Run the chart's Helm tests (its `helm.sh/hook: test` hooks) after every install and
+    /// upgrade. Present: enabled (unless `enable: false`). The hooks run as any template of the
+    /// chart does, as the release's ServiceAccount. Protocol 1.5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<ReleaseTest>,
+
     /// Helm engine that materialises this application. Default: the app controller's `--default-engine`
     /// (`flux`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -333,6 +339,33 @@ pub enum RemediationStrategy {
     Rollback,
     /// Retry without remediating, without limit (`retries` is ignored).
     Retry,
+}
+
+/// Helm tests after an install or upgrade (Flux's `spec.test`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseTest {
+    /// Run the tests. Default `true`: setting `spec.test` is what enables them; `false` keeps
+    /// the settings without running any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable: Option<bool>,
+    /// A failed test only reports `TestSuccess=False`: the application stays `Ready` and nothing
+    /// is remediated. Default `false`: a failed test makes `Ready=False` (reason `TestFailed`) and
+    /// counts as a failure of the install or upgrade it followed, for its remediation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_failures: bool,
+    /// Timeout for each Kubernetes operation of the test action (each test hook). Default:
+    /// `spec.timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
+}
+
+impl ReleaseTest {
+    /// Whether the tests run (`enable` defaults to true).
+    pub fn enabled(&self) -> bool {
+        self.enable.unwrap_or(true)
+    }
 }
 
 /// Drift detection settings.

@@ -39,6 +39,7 @@ pub mod maintenance;
 pub mod messages;
 pub mod plan;
 pub mod push;
+pub mod release_test;
 pub mod report;
 pub mod revision;
 pub mod schedule;

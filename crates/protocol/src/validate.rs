@@ -229,6 +229,12 @@ pub fn validate_document(doc: &DesiredState) -> Result<(), ValidationError> {
                 problem,
             })?;
         }
+        if let Some(test) = &app.spec.test {
+            crate::release_test::check(test).map_err(|problem| ValidationError::Spec {
+                entry: entry.clone(),
+                problem,
+            })?;
+        }
     }
     for (i, op) in doc.operations.iter().enumerate() {
         let entry = format!("operations[{i}]");

@@ -17,7 +17,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The version the binaries announce (`protocol_version` of every call and answer): the
 /// newest one ([`LATEST`]), since the backup engine runs what 1.1 adds, the engines and the
-/// app controller honour what 1.2 adds, and the restore engine runs what 1.3 adds.
+/// app controller honour what 1.2 adds, the restore engine runs what 1.3 adds, and the app
+/// controller materialises what 1.5 adds.
 pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 
 /// The newest version this crate describes. History (`docs/connectivity/protocol.md`):
@@ -33,7 +34,8 @@ pub const PROTOCOL_VERSION: ProtocolVersion = LATEST;
 ///   Operation's report ([`crate::verification`]).
 /// * 1.4: `max_reports_per_sync` in `agent_sync`'s answer (a lowered limit reaches the
 ///   agent at its next call).
-pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 4 };
+/// * 1.5: Helm tests, `spec.test` in an application's spec ([`crate::release_test`]).
+pub const LATEST: ProtocolVersion = ProtocolVersion { major: 1, minor: 5 };
 
 /// The version that added `max_reports_per_sync` to `agent_sync`'s answer (an older agent
 /// ignores it, so Odoo may send it to any agent).
@@ -104,16 +106,18 @@ mod tests {
 
     #[test]
     fn parse_and_display() {
-        assert_eq!("1.4".parse(), Ok(PROTOCOL_VERSION));
+        assert_eq!("1.5".parse(), Ok(PROTOCOL_VERSION));
         assert_eq!(
-            LATEST, SYNC_RESULT_REPORT_LIMIT_SINCE,
+            LATEST,
+            crate::release_test::SINCE,
             "the newest feature's version is the latest"
         );
+        assert!(SYNC_RESULT_REPORT_LIMIT_SINCE < LATEST);
         assert_eq!("2.13".parse::<ProtocolVersion>().unwrap().to_string(), "2.13");
         for bad in ["", "1", "1.", ".1", "1.0.0", "a.b", "-1.0", "1.+2", "999999.0"] {
             assert!(bad.parse::<ProtocolVersion>().is_err(), "{bad:?}");
         }
-        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.4\"");
+        assert_eq!(serde_json::to_string(&PROTOCOL_VERSION).unwrap(), "\"1.5\"");
         assert!(
             serde_json::from_str::<ProtocolVersion>("1.0").is_err(),
             "a number is not a version"

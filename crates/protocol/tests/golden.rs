@@ -685,3 +685,40 @@ fn report_of_a_verified_restore() {
     });
     golden("report_operation_verified_restore.json", &report);
 }
+
+/// Protocol 1.5: an application whose chart's Helm tests run after every install and upgrade,
+/// a failing test failing the application.
+#[test]
+fn sync_result_with_helm_tests() {
+    let doc: DesiredState = serde_json::from_value(json!({
+        "epoch": "c7-20261120",
+        "revision": 16,
+        "generated_at": "2026-11-27T09:00:00Z",
+        "applications": [{
+            "namespace": "team-a",
+            "name": "wiki",
+            "spec": {
+                "chart": {"name": "wiki", "version": "1.3.0",
+                          "repository": {"url": "https://charts.example.com", "interval": "1h"}},
+                "test": {"timeout": "2m"}
+            }
+        }],
+        "operations": [],
+        "deletions": []
+    }))
+    .unwrap();
+    protocol::validate::validate_document(&doc).unwrap();
+    let test = doc.applications[0].spec.test.as_ref().expect("spec.test");
+    assert!(test.enabled() && !test.ignore_failures);
+    golden(
+        "sync_result_document_helm_tests.json",
+        &SyncResult {
+            protocol_version: protocol::release_test::SINCE,
+            server_time: ts("2026-11-27T09:00:05Z"),
+            desired: Some(doc),
+            resync_requested: false,
+            next_sync_seconds: Some(30),
+            max_reports_per_sync: None,
+        },
+    );
+}

@@ -17,6 +17,7 @@
 //! | `serviceAccountName` unset | HR `serviceAccountName` [`api::RELEASE_SERVICE_ACCOUNT`] (the release never runs with the controller's own rights) |
 //! | `dependsOn[]` | HR `dependsOn[] {name, namespace}` (an app's HelmRelease has the app's name and namespace) |
 //! | `install`/`upgrade.remediation` | HR `install`/`upgrade` `strategy` and `remediation` (see [`helm_release`]) |
+//! | `test` `{enable, ignoreFailures, timeout}` | HR `test`, `enable` defaulting to true (the field's presence enables tests) |
 //! | [`MaterializeInput::values_revision`] | HR annotation `reconcile.fluxcd.io/requestedAt` |
 //!
 //! Defaults are written explicitly (HR interval `10m`, HelmRepository `1h`,
@@ -54,7 +55,7 @@
 
 use api::{
     ApplicationInstance, ChartRepository, ChartSpec, DriftDetectionMode, ObjectReference, ReleaseActionSpec,
-    RemediationStrategy, SourceKind, SourceReference, ValuesReference, ValuesSourceKind,
+    ReleaseTest, RemediationStrategy, SourceKind, SourceReference, ValuesReference, ValuesSourceKind,
 };
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -312,6 +313,9 @@ fn release_spec(app: &ApplicationInstance, id: AppId<'_>, source: ChartSource<'_
     if let Some(drift) = &spec.drift_detection {
         out.insert("driftDetection".into(), json!({ "mode": drift_mode(drift.mode) }));
     }
+    if let Some(test) = &spec.test {
+        out.insert("test".into(), release_test(test));
+    }
     Ok(Value::Object(out))
 }
 
@@ -404,6 +408,16 @@ fn release_action(spec: Option<&ReleaseActionSpec>, action: Action) -> Result<Op
         out.insert("remediation".into(), Value::Object(remediation_out));
     }
     Ok(Some(Value::Object(out)))
+}
+
+/// HR `test`. `enable` and `ignoreFailures` are written even when false, so the applied
+/// object says what Flux does.
+fn release_test(test: &ReleaseTest) -> Value {
+    let mut out = Map::new();
+    out.insert("enable".into(), json!(test.enabled()));
+    out.insert("ignoreFailures".into(), json!(test.ignore_failures));
+    insert_str(&mut out, "timeout", test.timeout.as_deref());
+    Value::Object(out)
 }
 
 fn helm_repository_spec(repository: &ChartRepository) -> Value {

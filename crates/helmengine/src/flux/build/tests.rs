@@ -1,7 +1,8 @@
 use super::*;
 use crate::fixtures::{NAMESPACE, app, labels_json, owner_json, ref_spec, repo_spec};
 use api::{
-    ApplicationDependency, ApplicationInstanceSpec, DriftDetection, LocalObjectReference, Remediation, SourceKind,
+    ApplicationDependency, ApplicationInstanceSpec, DriftDetection, LocalObjectReference, ReleaseTest, Remediation,
+    SourceKind,
 };
 use pretty_assertions::assert_eq;
 
@@ -265,6 +266,11 @@ fn full_example_golden() {
     spec.drift_detection = Some(DriftDetection {
         mode: DriftDetectionMode::Warn,
     });
+    spec.test = Some(ReleaseTest {
+        enable: None,
+        ignore_failures: true,
+        timeout: Some("3m".into()),
+    });
     spec.engine = Some(api::EngineKind::Flux);
 
     let input = MaterializeInput {
@@ -308,6 +314,7 @@ fn full_example_golden() {
                     "remediation": {"retries": -1},
                 },
                 "driftDetection": {"mode": "warn"},
+                "test": {"enable": true, "ignoreFailures": true, "timeout": "3m"},
             },
         })
     );
@@ -384,6 +391,45 @@ fn drift_detection_modes() {
         let mut spec = repo_spec("https://charts.example.com", None);
         spec.drift_detection = Some(DriftDetection { mode });
         assert_eq!(release_json(spec)["spec"]["driftDetection"], json!({"mode": want}));
+    }
+}
+
+#[test]
+fn release_test_table() {
+    let test = |enable: Option<bool>, ignore_failures: bool, timeout: Option<&str>| {
+        Some(ReleaseTest {
+            enable,
+            ignore_failures,
+            timeout: timeout.map(Into::into),
+        })
+    };
+    let cases = [
+        ("absent: no tests", None, None),
+        (
+            "present: enabled, failures count",
+            test(None, false, None),
+            Some(json!({"enable": true, "ignoreFailures": false})),
+        ),
+        (
+            "ignore failures with a timeout",
+            test(None, true, Some("90s")),
+            Some(json!({"enable": true, "ignoreFailures": true, "timeout": "90s"})),
+        ),
+        (
+            "explicitly enabled",
+            test(Some(true), false, Some("2m")),
+            Some(json!({"enable": true, "ignoreFailures": false, "timeout": "2m"})),
+        ),
+        (
+            "disabled keeps its settings",
+            test(Some(false), true, None),
+            Some(json!({"enable": false, "ignoreFailures": true})),
+        ),
+    ];
+    for (name, test, want) in cases {
+        let mut spec = repo_spec("https://charts.example.com", None);
+        spec.test = test;
+        assert_eq!(release_json(spec)["spec"].get("test"), want.as_ref(), "{name}");
     }
 }
 
