@@ -28,6 +28,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 pub mod agent;
 pub mod apps;
+pub mod argocd;
 pub mod bench;
 pub mod bundle;
 pub mod deploy;

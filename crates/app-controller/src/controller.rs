@@ -2,8 +2,10 @@
 //!
 //! - ApplicationInstances: guarded against malformed objects, `managedFields` stripped,
 //!   filtered by generation (+ finalizers) so our own status writes do not re-trigger.
-//! - Owned HelmReleases / HelmRepositories / OCIRepositories (mapped through owner
-//!   references): engine status changes wake the owner at once.
+//! - The engine objects each engine names ([`helmengine::Engine::watched_kinds`]: for Flux
+//!   HelmReleases and their managed sources, linked by owner references; for Argo CD
+//!   Applications in Argo CD's namespace, linked by labels), metadata only: engine status
+//!   changes wake the ApplicationInstance at once. Nothing here names an engine type.
 //! - ConfigMaps, metadata only: a change wakes every ApplicationInstance referencing it
 //!   (no polling). Secrets are not watched: the controller has no right to read them
 //!   (a Secret's metadata can carry its data in kubectl's last-applied annotation); Flux
@@ -14,11 +16,11 @@ use std::sync::Arc;
 use api::{ApplicationInstance, ValuesSourceKind};
 use controller_kit::{CancellationToken, Readiness, WatchScope};
 use futures::StreamExt;
-use helmengine::flux::{HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY};
+use helmengine::{OwnerLink, WatchPlace, WatchedKind};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DynamicObject, PartialObjectMeta},
+    api::{ApiResource, DynamicObject, PartialObjectMeta},
     core::DeserializeGuard,
     runtime::{
         Controller, Predicate as _, WatchStreamExt,
@@ -39,6 +41,9 @@ use crate::{
 pub struct Settings {
     pub scope: WatchScope,
     pub concurrency: u16,
+    /// The engine objects to watch, from every engine this controller drives
+    /// ([`helmengine::Engine::watched_kinds`]).
+    pub watched: Vec<WatchedKind>,
 }
 
 /// Runs the ApplicationInstance controller until `shutdown` is cancelled.
@@ -64,29 +69,16 @@ pub async fn run(
             Default::default(),
         );
 
-    // Each owned kind is watched with its own backoff, and its errors stay in its stream:
+    // Each engine kind is watched with its own backoff, and its errors stay in its stream:
     // the Controller pauses *all* its triggers after any trigger error, so on a cluster
-    // without Flux's CRDs (every list of theirs a 404) ApplicationInstance events would
+    // without an engine's CRDs (every list of theirs a 404) ApplicationInstance events would
     // otherwise wait up to 30 s behind that backoff (EngineNotInstalled late, and late again
     // for each new app).
-    let owned = |kind: helmengine::flux::FluxKind| {
-        let ar = kind.api_resource();
-        // Api<PartialObjectMeta<_>> makes metadata-only requests.
-        let api: Api<PartialObjectMeta<DynamicObject>> = match scope.watch_namespace() {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-            None => Api::all_with(client.clone(), &ar),
-        };
-        // Backoff after `touched_objects`: the watcher emits `Init` before every list, and
-        // any item resets a backoff placed before it, so a list failing over and over (404)
-        // would be retried every second instead of backing off to 30 s.
-        let stream = watcher(api, watcher::Config::default())
-            .touched_objects()
-            .default_backoff();
-        (keep_errors_to_itself(stream, kind.kind), ar)
-    };
-    let (hr_stream, hr_ar) = owned(HELM_RELEASE);
-    let (repo_stream, repo_ar) = owned(HELM_REPOSITORY);
-    let (oci_stream, oci_ar) = owned(OCI_REPOSITORY);
+    let engine_watches: Vec<_> = settings
+        .watched
+        .iter()
+        .map(|watched| engine_object_events(&client, scope, watched))
+        .collect();
 
     // Api<PartialObjectMeta<_>> makes metadata-only requests.
     let config_maps: Api<PartialObjectMeta<ConfigMap>> = scope.api(client.clone());
@@ -101,10 +93,19 @@ pub async fn run(
 
     let ctx = Arc::new(make_context(reader.clone()));
     let cm_reader = reader.clone();
-    Controller::for_stream(app_stream, reader)
-        .owns_stream_with(hr_stream, hr_ar)
-        .owns_stream_with(repo_stream, repo_ar)
-        .owns_stream_with(oci_stream, oci_ar)
+    let mut controller = Controller::for_stream(app_stream, reader);
+    for (events, resource, link) in engine_watches {
+        controller = controller.watches_stream_with(
+            events,
+            move |object: PartialObjectMeta<DynamicObject>| {
+                helmengine::watch::owners(link, &object.metadata)
+                    .into_iter()
+                    .map(|key| ObjectRef::new(&key.name).within(&key.namespace))
+            },
+            resource,
+        );
+    }
+    controller
         .watches_stream(cm_stream, move |meta: PartialObjectMeta<ConfigMap>| {
             referencing(&cm_reader, &meta, ValuesSourceKind::ConfigMap)
         })
@@ -119,17 +120,47 @@ pub async fn run(
     info!("controller stopped");
 }
 
+/// Metadata-only events of one engine kind, with their own backoff and errors kept to
+/// themselves; with the resource and how its objects name their ApplicationInstance.
+fn engine_object_events(
+    client: &Client,
+    scope: &WatchScope,
+    watched: &WatchedKind,
+) -> (
+    impl futures::Stream<Item = Result<PartialObjectMeta<DynamicObject>, watcher::Error>> + Send + 'static,
+    ApiResource,
+    OwnerLink,
+) {
+    let resource = watched.resource.clone();
+    // Api<PartialObjectMeta<_>> makes metadata-only requests.
+    let api: Api<PartialObjectMeta<DynamicObject>> = match &watched.place {
+        WatchPlace::Namespace(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        WatchPlace::WithTheApplications => match scope.watch_namespace() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        },
+    };
+    // Backoff after `touched_objects`: the watcher emits `Init` before every list, and
+    // any item resets a backoff placed before it, so a list failing over and over (404)
+    // would be retried every second instead of backing off to 30 s.
+    let stream = watcher(api, watcher::Config::default())
+        .touched_objects()
+        .default_backoff();
+    let kind = resource.kind.clone();
+    (keep_errors_to_itself(stream, kind), resource, watched.link)
+}
+
 /// `stream` without its errors, which are logged instead (the watcher behind it retries
 /// with its own backoff).
 fn keep_errors_to_itself<T: Send>(
     stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send,
-    kind: &'static str,
+    kind: String,
 ) -> impl futures::Stream<Item = Result<T, watcher::Error>> + Send {
     stream.filter_map(move |item| {
         std::future::ready(match item {
             Ok(object) => Some(Ok(object)),
             Err(error) => {
-                warn!(kind, %error, "watch failed; retrying");
+                warn!(kind = %kind, %error, "watch failed; retrying");
                 None
             }
         })
@@ -182,7 +213,7 @@ mod tests {
     async fn an_owned_watch_keeps_its_errors_to_itself() {
         let failed = || watcher::Error::NoResourceVersion;
         let items = futures::stream::iter([Err(failed()), Ok(1), Err(failed()), Ok(2)]);
-        let passed: Vec<Result<i32, String>> = keep_errors_to_itself(items, "HelmRelease")
+        let passed: Vec<Result<i32, String>> = keep_errors_to_itself(items, "HelmRelease".to_owned())
             .map(|item| item.map_err(|e| e.to_string()))
             .collect()
             .await;

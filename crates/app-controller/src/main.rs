@@ -11,7 +11,11 @@ use app_controller::{
 use clap::Parser;
 use controller_kit::namespaces::NamespacePairs;
 use controller_kit::{CommonArgs, Runtime, WriteVerb, runtime::Never};
-use helmengine::{Engine, flux::FluxEngine};
+use helmengine::{
+    Engine,
+    argocd::{ArgoCdEngine, ArgoCdSettings},
+    flux::FluxEngine,
+};
 use kube::runtime::events::{Recorder, Reporter};
 
 const NAME: &str = "vworkspace-app-controller";
@@ -20,7 +24,7 @@ const NAME: &str = "vworkspace-app-controller";
 #[command(
     name = "app-controller",
     version,
-    about = "Reconciles ApplicationInstances into Helm releases (Flux)."
+    about = "Reconciles ApplicationInstances into Helm releases (Flux or Argo CD)."
 )]
 struct Cli {
     #[command(flatten)]
@@ -28,6 +32,17 @@ struct Cli {
     /// Engine for ApplicationInstances that do not name one.
     #[arg(long, env = "VWS_DEFAULT_ENGINE", default_value = "flux", value_parser = parse_engine)]
     default_engine: EngineKind,
+    /// Engines this controller drives (comma-separated: `flux`, `argocd`). An
+    /// ApplicationInstance naming another one is refused with `EngineUnavailable`.
+    #[arg(long, env = "VWS_ENGINES", default_value = "flux", value_delimiter = ',', value_parser = parse_engine)]
+    engines: Vec<EngineKind>,
+    /// The namespace Argo CD runs in; the argocd engine writes its Applications and
+    /// AppProjects there.
+    #[arg(long, env = "VWS_ARGOCD_NAMESPACE", default_value = helmengine::argocd::DEFAULT_NAMESPACE)]
+    argocd_namespace: String,
+    /// `spec.destination.server` of the Applications the argocd engine writes.
+    #[arg(long, env = "VWS_ARGOCD_DESTINATION_SERVER", default_value = helmengine::argocd::IN_CLUSTER_SERVER)]
+    argocd_destination_server: String,
     /// Cross-namespace references an ApplicationInstance may make, as `FROM=TO` pairs
     /// (e.g. `team-a=shared-charts`): `targetNamespace`, `chart.sourceRef.namespace` and
     /// `dependsOn[].namespace` outside the app's own namespace are refused unless listed here.
@@ -58,6 +73,13 @@ fn parse_engine(s: &str) -> Result<EngineKind, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if !cli.engines.contains(&cli.default_engine) {
+        anyhow::bail!(
+            "--default-engine {} is not among --engines ({})",
+            cli.default_engine.as_str(),
+            cli.engines.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(",")
+        );
+    }
     Runtime::builder(NAME, &cli.common)?
         .run(|rt| async move {
             let client = rt.client;
@@ -67,10 +89,27 @@ async fn main() -> anyhow::Result<()> {
                 controller_metrics.declare_write(WriteVerb::Apply, kind);
             }
 
-            let flux: Arc<dyn Engine> = Arc::new(FluxEngine::new(client.clone(), FIELD_MANAGER));
+            let available: HashMap<EngineKind, Arc<dyn Engine>> = cli
+                .engines
+                .iter()
+                .map(|kind| {
+                    let engine: Arc<dyn Engine> = match kind {
+                        EngineKind::Flux => Arc::new(FluxEngine::new(client.clone(), FIELD_MANAGER)),
+                        EngineKind::Argocd => Arc::new(ArgoCdEngine::new(
+                            client.clone(),
+                            FIELD_MANAGER,
+                            ArgoCdSettings {
+                                namespace: cli.argocd_namespace.clone(),
+                                destination_server: cli.argocd_destination_server.clone(),
+                            },
+                        )),
+                    };
+                    (*kind, engine)
+                })
+                .collect();
             let engines = Engines {
                 default: cli.default_engine,
-                available: HashMap::from([(EngineKind::Flux, flux)]),
+                available,
             };
             let reporter = Reporter {
                 controller: NAME.into(),
@@ -80,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
             let settings = Settings {
                 scope: rt.scope.clone(),
                 concurrency: cli.common.concurrency,
+                watched: engines.watched_kinds(),
             };
             let publisher = controller_kit_publisher(&cli.common, NAME);
             let ctx_client = client.clone();

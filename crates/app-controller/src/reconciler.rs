@@ -78,6 +78,24 @@ pub struct Engines {
 }
 
 impl Engines {
+    /// What the controller must watch for every engine it drives, each kind once.
+    pub fn watched_kinds(&self) -> Vec<helmengine::WatchedKind> {
+        let mut kinds: Vec<helmengine::WatchedKind> = Vec::new();
+        let mut engines: Vec<_> = self.available.iter().collect();
+        engines.sort_by_key(|(kind, _)| kind.as_str());
+        for (_, engine) in engines {
+            for watched in engine.watched_kinds() {
+                let seen = kinds
+                    .iter()
+                    .any(|k| k.resource == watched.resource && k.place == watched.place);
+                if !seen {
+                    kinds.push(watched);
+                }
+            }
+        }
+        kinds
+    }
+
     /// The engine `app` asks for (or the default), if this controller has it.
     fn for_app(&self, app: &ApplicationInstance) -> (EngineKind, Option<Arc<dyn Engine>>) {
         let kind = app.spec.engine.unwrap_or(self.default);

@@ -24,6 +24,11 @@ pub trait Engine: Send + Sync {
     /// Which engine this is (written to `status.engine`).
     fn kind(&self) -> EngineKind;
 
+    /// The engine objects whose changes must wake their ApplicationInstance at once, and
+    /// how each names it. The controller watches exactly these (metadata only), so it names
+    /// no engine type of its own.
+    fn watched_kinds(&self) -> Vec<crate::WatchedKind>;
+
     /// Ok when the engine's APIs are served by the cluster, otherwise
     /// [`EngineError::NotInstalled`] naming what is missing.
     ///

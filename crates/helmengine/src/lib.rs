@@ -29,15 +29,19 @@
 
 #![warn(missing_docs)]
 
+mod apply;
+pub mod argocd;
 mod engine;
 mod error;
 #[cfg(test)]
 mod fixtures;
 pub mod flux;
 pub mod meta;
+pub mod watch;
 
 pub use engine::{
     DeleteProgress, Engine, EngineCondition, MAX_HISTORY, MaterializeInput, Materialized, Observation,
     SourceObservation,
 };
 pub use error::EngineError;
+pub use watch::{InstanceKey, OwnerLink, WatchPlace, WatchedKind};
