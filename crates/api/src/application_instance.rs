@@ -396,7 +396,8 @@ pub enum EngineKind {
     /// Flux helm-controller (`HelmRelease`), the default.
     #[default]
     Flux,
-    /// Argo CD (`Application`). Reserved: refused with `EngineUnavailable` until the adapter exists.
+    /// Argo CD (`Application` in Argo CD's namespace, ADR 0012). Refused with `EngineUnavailable` unless the app
+    /// controller drives it (`--engines`).
     Argocd,
 }
 
