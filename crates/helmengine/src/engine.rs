@@ -2,7 +2,7 @@
 //!
 //! Nothing here names a Flux type: the reconciler sees an engine object
 //! reference, conditions relayed as strings, a chart-source summary and the
-//! release history. An Argo CD adapter implements the same trait and maps an
+//! release history. The Argo CD adapter implements the same trait and maps an
 //! `Application` onto the same values.
 
 use api::{ApplicationInstance, EngineKind, ObjectReference, ReleaseRecord};
