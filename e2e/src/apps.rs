@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use api::{ApplicationInstance, ApplicationInstanceSpec, ChartRepository, ChartSpec};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 
 use crate::{CHART_REPO, FIELD_MANAGER, TestContext, process::ControllerProcess, wait_object};
@@ -150,6 +151,32 @@ pub async fn wait_deployed(
                 && status
                     .and_then(|s| s.history.first())
                     .is_some_and(|h| h.deployed_at.is_some())
+        },
+    )
+    .await
+}
+
+/// `data[key]` of ConfigMap `config_map` in the test namespace (the test charts render their
+/// values and chart version into one).
+pub async fn config_value(ctx: &TestContext, config_map: &str, key: &str) -> anyhow::Result<Option<String>> {
+    Ok(ctx
+        .api::<ConfigMap>()
+        .get_opt(config_map)
+        .await?
+        .and_then(|cm| cm.data.and_then(|d| d.get(key).cloned())))
+}
+
+/// Waits until ConfigMap `config_map` holds `key: want`.
+pub async fn wait_config(ctx: &TestContext, config_map: &str, key: &str, want: &str) -> anyhow::Result<()> {
+    crate::eventually(
+        ctx,
+        &format!("ConfigMap {config_map} {key}={want}"),
+        RELEASE_TIMEOUT,
+        || async {
+            Ok(match config_value(ctx, config_map, key).await? {
+                Some(v) if v == want => Ok(()),
+                other => Err(format!("{key}={other:?}")),
+            })
         },
     )
     .await

@@ -9,13 +9,13 @@ use api::{
 };
 use e2e::{
     TestContext,
-    apps::{RELEASE_TIMEOUT, app, apply_app, condition, start_controller, wait_app, wait_deployed, wait_ready},
+    apps::{
+        RELEASE_TIMEOUT, app, apply_app, condition, config_value, start_controller, wait_app, wait_config,
+        wait_deployed, wait_ready,
+    },
     eventually, flux,
 };
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    core::v1::{ConfigMap, Secret},
-};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Secret};
 use kube::{
     ResourceExt,
     api::{DeleteParams, ListParams},
@@ -88,29 +88,6 @@ mod sha256 {
         }
         h.iter().map(|x| format!("{x:08x}")).collect()
     }
-}
-
-async fn config_value(ctx: &TestContext, config_map: &str, key: &str) -> anyhow::Result<Option<String>> {
-    Ok(ctx
-        .api::<ConfigMap>()
-        .get_opt(config_map)
-        .await?
-        .and_then(|cm| cm.data.and_then(|d| d.get(key).cloned())))
-}
-
-async fn wait_config(ctx: &TestContext, config_map: &str, key: &str, want: &str) -> anyhow::Result<()> {
-    eventually(
-        ctx,
-        &format!("ConfigMap {config_map} {key}={want}"),
-        RELEASE_TIMEOUT,
-        || async {
-            Ok(match config_value(ctx, config_map, key).await? {
-                Some(v) if v == want => Ok(()),
-                other => Err(format!("{key}={other:?}")),
-            })
-        },
-    )
-    .await
 }
 
 #[tokio::test]

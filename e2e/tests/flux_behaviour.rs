@@ -11,7 +11,10 @@ use api::{
 };
 use e2e::{
     CHART_REPO, TestContext,
-    apps::{RELEASE_TIMEOUT, app, apply_app, condition, start_controller, wait_app, wait_deployed, wait_ready},
+    apps::{
+        RELEASE_TIMEOUT, app, apply_app, condition, config_value, start_controller, wait_app, wait_config,
+        wait_deployed, wait_ready,
+    },
     cluster_dir, eventually, flux, get_json,
     real_node::{REAL_NODE, image, placement, pod_log, require_real_node, wait_pod_phase},
 };
@@ -33,29 +36,6 @@ const RELAYED: [&str; 7] = [
     "Reconciling",
     "Stalled",
 ];
-
-async fn config_value(ctx: &TestContext, config_map: &str, key: &str) -> anyhow::Result<Option<String>> {
-    Ok(ctx
-        .api::<ConfigMap>()
-        .get_opt(config_map)
-        .await?
-        .and_then(|cm| cm.data.and_then(|d| d.get(key).cloned())))
-}
-
-async fn wait_config(ctx: &TestContext, config_map: &str, key: &str, want: &str) -> anyhow::Result<()> {
-    eventually(
-        ctx,
-        &format!("ConfigMap {config_map} {key}={want}"),
-        RELEASE_TIMEOUT,
-        || async {
-            Ok(match config_value(ctx, config_map, key).await? {
-                Some(v) if v == want => Ok(()),
-                other => Err(format!("{key}={other:?}")),
-            })
-        },
-    )
-    .await
-}
 
 async fn helm_release(ctx: &TestContext, name: &str) -> anyhow::Result<Value> {
     get_json(&flux::helm_releases(ctx), name)
