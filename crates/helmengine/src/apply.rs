@@ -1,7 +1,12 @@
 //! Writes shared by every adapter: server-side apply that stays quiet at rest, deletes
 //! that tolerate a race, and the API-error classes the adapters care about.
 
-use kube::api::{Api, DeleteParams, DynamicObject, Preconditions};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use tracing::debug;
 
 use crate::EngineError;
 
@@ -10,6 +15,55 @@ use crate::EngineError;
 /// rest skip the apply entirely (the hash alone would miss manual edits; the subset
 /// check alone would miss fields we stopped setting, which the apply must remove).
 pub const ANNOTATION_DESIRED_HASH: &str = "vworkspace.io/desired-hash";
+
+/// Server-side applies `object` as `field_manager` (forced), unless the live object already
+/// carries exactly this desired state: no write at rest. The desired state's hash is
+/// recorded in [`ANNOTATION_DESIRED_HASH`].
+pub(crate) async fn apply_unless_up_to_date(
+    api: &Api<DynamicObject>,
+    field_manager: &str,
+    object: &DynamicObject,
+    live: Option<&DynamicObject>,
+) -> Result<(), kube::Error> {
+    let mut object = object.clone();
+    let hash = desired_hash(&object);
+    let name = object.name_any();
+    let kind = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+    if live.is_some_and(|live| is_up_to_date(live, &object, &hash)) {
+        debug!(kind, namespace = ?object.metadata.namespace, name, "up to date, not applying");
+        return Ok(());
+    }
+    object
+        .annotations_mut()
+        .insert(ANNOTATION_DESIRED_HASH.to_owned(), hash);
+    debug!(kind, namespace = ?object.metadata.namespace, name, "applying");
+    let params = PatchParams::apply(field_manager).force();
+    api.patch(&name, &params, &Patch::Apply(&object)).await.map(|_| ())
+}
+
+/// Remembers a successful check (e.g. "the engine's CRDs are served") for a while, so it is
+/// not repeated on every reconcile. A failure is never remembered.
+#[derive(Debug, Default)]
+pub(crate) struct RecentSuccess {
+    at: Mutex<Option<Instant>>,
+}
+
+impl RecentSuccess {
+    /// A success was recorded less than `ttl` ago.
+    pub(crate) fn is_fresh(&self, ttl: Duration) -> bool {
+        self.at
+            .lock()
+            .map(|at| at.is_some_and(|t| t.elapsed() < ttl))
+            .unwrap_or(false)
+    }
+
+    /// Records a success now.
+    pub(crate) fn record(&self) {
+        if let Ok(mut at) = self.at.lock() {
+            *at = Some(Instant::now());
+        }
+    }
+}
 
 /// A 404, with or without a `Status` body. The API server answers a path under a group
 /// version it does not serve (Flux's CRDs not installed) with the plain text `404 page not
@@ -85,7 +139,6 @@ fn is_subset(desired: &serde_json::Value, live: &serde_json::Value) -> bool {
 #[cfg(test)]
 mod up_to_date_tests {
     use super::*;
-    use kube::ResourceExt as _;
     use serde_json::json;
 
     fn object(data: serde_json::Value) -> DynamicObject {

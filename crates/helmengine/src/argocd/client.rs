@@ -11,23 +11,23 @@
 //!
 //! Objects are never logged: an Application carries inline values.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use api::{ApplicationInstance, EngineKind, ObjectReference};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use kube::{Client, ResourceExt};
-use tracing::{debug, info};
+use tracing::info;
 
 use super::build::{self, Placement};
 use super::{
     ANNOTATION_INSTANCE_UID, APP_PROJECT, APPLICATION, ArgoKind, DEFAULT_NAMESPACE, GROUP, IMPERSONATION_SETTING,
     IN_CLUSTER_SERVER, SETTINGS_CONFIG_MAP, VERSION, observe,
 };
-use crate::apply::{ANNOTATION_DESIRED_HASH, delete_tolerant, desired_hash, is_not_found, is_up_to_date};
+use crate::apply::{RecentSuccess, apply_unless_up_to_date, delete_tolerant, is_not_found};
 use crate::meta::{AppId, Ownership, is_terminating};
 use crate::watch::{LABEL_INSTANCE_NAMESPACE, OwnerLink, WatchPlace, WatchedKind};
 use crate::{DeleteProgress, Engine, EngineError, MaterializeInput, Materialized, Observation};
@@ -59,7 +59,7 @@ pub struct ArgoCdEngine {
     client: Client,
     field_manager: String,
     placement: Placement,
-    installed_at: Arc<Mutex<Option<Instant>>>,
+    installed: Arc<RecentSuccess>,
 }
 
 impl ArgoCdEngine {
@@ -72,7 +72,7 @@ impl ArgoCdEngine {
                 namespace: settings.namespace,
                 destination_server: settings.destination_server,
             },
-            installed_at: Default::default(),
+            installed: Default::default(),
         }
     }
 
@@ -81,15 +81,12 @@ impl ArgoCdEngine {
     }
 
     async fn check_installed_impl(&self) -> Result<(), EngineError> {
-        let fresh = |at: &Option<Instant>| at.is_some_and(|t| t.elapsed() < INSTALLED_CHECK_TTL);
-        if self.installed_at.lock().map(|at| fresh(&at)).unwrap_or(false) {
+        if self.installed.is_fresh(INSTALLED_CHECK_TTL) {
             return Ok(());
         }
         self.check_served().await?;
         self.check_impersonation().await?;
-        if let Ok(mut at) = self.installed_at.lock() {
-            *at = Some(Instant::now());
-        }
+        self.installed.record();
         Ok(())
     }
 
@@ -158,10 +155,9 @@ impl ArgoCdEngine {
         let name = build::object_name(id);
 
         let live_project = self.ensure_writable(APP_PROJECT, app, &name).await?;
-        self.apply(APP_PROJECT, &name, &project, live_project.as_ref()).await?;
+        self.apply(APP_PROJECT, &project, live_project.as_ref()).await?;
         let live_application = self.ensure_writable(APPLICATION, app, &name).await?;
-        self.apply(APPLICATION, &name, &application, live_application.as_ref())
-            .await?;
+        self.apply(APPLICATION, &application, live_application.as_ref()).await?;
         Ok(Materialized {
             engine_ref: self.reference(APPLICATION, &name),
             source_ref: None,
@@ -242,22 +238,10 @@ impl ArgoCdEngine {
     async fn apply(
         &self,
         kind: ArgoKind,
-        name: &str,
         object: &DynamicObject,
         live: Option<&DynamicObject>,
     ) -> Result<(), EngineError> {
-        let mut object = object.clone();
-        let hash = desired_hash(&object);
-        if live.is_some_and(|live| is_up_to_date(live, &object, &hash)) {
-            debug!(kind = kind.kind, name, "up to date, not applying");
-            return Ok(());
-        }
-        object
-            .annotations_mut()
-            .insert(ANNOTATION_DESIRED_HASH.to_owned(), hash);
-        debug!(kind = kind.kind, name, "applying");
-        let params = PatchParams::apply(&self.field_manager).force();
-        match self.api(kind).patch(name, &params, &Patch::Apply(&object)).await {
+        match apply_unless_up_to_date(&self.api(kind), &self.field_manager, object, live).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if is_not_found(&status) => Err(EngineError::NotInstalled(format!(
                 "the cluster does not serve {}, or namespace {} does not exist",

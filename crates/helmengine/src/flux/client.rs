@@ -14,17 +14,14 @@
 
 use api::{ApplicationInstance, EngineKind};
 use futures::future::BoxFuture;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use kube::{Client, ResourceExt};
-use tracing::{debug, info};
+use tracing::info;
 
 use super::{FluxKind, HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, build, observe};
-use crate::apply::{delete_tolerant, desired_hash, is_not_found, is_up_to_date, names_namespace};
+use crate::apply::{RecentSuccess, apply_unless_up_to_date, delete_tolerant, is_not_found, names_namespace};
 use crate::meta::{AppId, Ownership, is_terminating, ownership};
 use crate::{DeleteProgress, Engine, EngineError, MaterializeInput, Materialized, Observation};
-
-/// Annotation recording a hash of the desired state we last applied (see [`crate::apply`]).
-pub use crate::apply::ANNOTATION_DESIRED_HASH;
 
 /// The field manager of the ApplicationInstance controller's writes.
 pub const FIELD_MANAGER: &str = "vworkspace-app-controller";
@@ -49,7 +46,7 @@ pub struct FluxEngine {
     client: Client,
     field_manager: String,
     /// When the CRD check last succeeded (2 discovery GETs saved per reconcile).
-    installed_at: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    installed: std::sync::Arc<RecentSuccess>,
 }
 
 impl FluxEngine {
@@ -58,7 +55,7 @@ impl FluxEngine {
         Self {
             client,
             field_manager: field_manager.into(),
-            installed_at: Default::default(),
+            installed: Default::default(),
         }
     }
 
@@ -72,14 +69,11 @@ impl FluxEngine {
     }
 
     async fn check_installed_impl(&self) -> Result<(), EngineError> {
-        let fresh = |at: &Option<std::time::Instant>| at.is_some_and(|t| t.elapsed() < INSTALLED_CHECK_TTL);
-        if self.installed_at.lock().map(|at| fresh(&at)).unwrap_or(false) {
+        if self.installed.is_fresh(INSTALLED_CHECK_TTL) {
             return Ok(());
         }
         self.check_served().await?;
-        if let Ok(mut at) = self.installed_at.lock() {
-            *at = Some(std::time::Instant::now());
-        }
+        self.installed.record();
         Ok(())
     }
 
@@ -217,28 +211,7 @@ impl FluxEngine {
         object: &DynamicObject,
         live: Option<&DynamicObject>,
     ) -> Result<(), EngineError> {
-        let mut object = object.clone();
-        let hash = desired_hash(&object);
-        if live.is_some_and(|live| is_up_to_date(live, &object, &hash)) {
-            debug!(
-                kind = kind.kind,
-                namespace = id.namespace,
-                name = id.name,
-                "up to date, not applying"
-            );
-            return Ok(());
-        }
-        object
-            .annotations_mut()
-            .insert(ANNOTATION_DESIRED_HASH.to_owned(), hash);
-        let object = &object;
-        debug!(kind = kind.kind, namespace = id.namespace, name = id.name, "applying");
-        let params = PatchParams::apply(&self.field_manager).force();
-        match self
-            .api(kind, id.namespace)
-            .patch(id.name, &params, &Patch::Apply(object))
-            .await
-        {
+        match apply_unless_up_to_date(&self.api(kind, id.namespace), &self.field_manager, object, live).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if is_not_found(&status) && !names_namespace(&status) => Err(
                 EngineError::NotInstalled(format!("the cluster does not serve {}", kind.resource_name())),

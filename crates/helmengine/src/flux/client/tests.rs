@@ -112,7 +112,7 @@ async fn materialize_http_applies_source_then_release_with_our_field_manager() {
         let mut sent = patch.body.clone().expect("apply body");
         let annotations = sent["metadata"]["annotations"].as_object_mut().expect("annotations");
         assert!(
-            annotations.remove(super::ANNOTATION_DESIRED_HASH).is_some(),
+            annotations.remove(crate::apply::ANNOTATION_DESIRED_HASH).is_some(),
             "{}",
             patch.path
         );
