@@ -133,7 +133,7 @@ impl ArgoCdEngine {
             .as_ref()
             .and_then(|cm| cm.data.as_ref())
             .and_then(|data| data.get(IMPERSONATION_SETTING))
-            .is_some_and(|v| v.trim() == "true");
+            .is_some_and(|v| v == "true");
         if enabled {
             return Ok(());
         }

@@ -8,7 +8,7 @@
 //!
 //! | Argo CD reports | Ready | reason | message |
 //! |---|---|---|---|
-//! | a condition whose type ends in `Error` (`ComparisonError`, `InvalidSpecError`, `SyncError`, …) | False | the condition type | its message |
+//! | a condition whose type ends in `Error` (`ComparisonError`, `InvalidSpecError`, `SyncError`, …) | False (+ Stalled for `SyncError`) | the condition type | its message |
 //! | last operation `Failed` or `Error`, not yet synced | False (+ Stalled) | `SyncFailed` | `operationState.message` |
 //! | an operation `Running` or `Terminating` | Unknown (+ Reconciling) | the phase | `operationState.message` |
 //! | `Synced` and `Healthy` | True | `Healthy` | `health.message`, else what was synced |
@@ -72,12 +72,14 @@ pub fn observe(application: &DynamicObject) -> Observation {
         .find(|(type_, _)| type_.ends_with("Error"));
 
     let (ready, reason, message, reconciling, stalled) = if let Some((type_, message)) = error {
+        // After a failed automated sync Argo CD does not try the same revision again.
+        let stalled = type_ == "SyncError";
         (
             "False",
             type_.to_owned(),
             message.unwrap_or_default().to_owned(),
             false,
-            false,
+            stalled,
         )
     } else if matches!(phase, "Failed" | "Error") && sync != "Synced" {
         (

@@ -152,6 +152,22 @@ fn reconciling_and_stalled_accompany_ready() {
         types(json!({"sync": sync("Synced"), "health": {"status": "Healthy"}})),
         [pair("Ready", "True")]
     );
+    // Argo CD v3.6 after an automated sync failed: it will not try that revision again.
+    assert_eq!(
+        types(json!({
+            "sync": sync("OutOfSync"), "health": {"status": "Healthy"},
+            "operationState": {"phase": "Failed", "message": "one or more synchronization tasks completed unsuccessfully"},
+            "conditions": [{"type": "SyncError", "message": "Failed last sync attempt to [0.3.0]: one or more synchronization tasks completed unsuccessfully"}],
+        })),
+        [pair("Ready", "False"), pair("Stalled", "True")]
+    );
+    assert_eq!(
+        types(
+            json!({"sync": sync("Unknown"), "conditions": [{"type": "ComparisonError", "message": "chart not found"}]})
+        ),
+        [pair("Ready", "False")],
+        "Argo CD compares again at its next resync: not stalled"
+    );
 }
 
 #[test]
