@@ -25,6 +25,10 @@ if [[ -n $("$HACK_DIR/cluster.sh" env | grep VWS_REAL_NODE= || true) ]]; then
   images=$("$HACK_DIR/build-images.sh")
   "$HACK_DIR/cluster.sh" load-images "$images"/*.oci.tar
 fi
+# Argo CD is started on demand by the tests that need it (hack/cluster.sh start-argocd, from
+# inside the netns, where neither the module proxy nor Debian is reachable): build it (cached,
+# keyed by hack/versions-argocd.env) and install redis-server here, outside.
+"$HACK_DIR/build-argocd-bins.sh" >/dev/null
 t0=$SECONDS
 "$HACK_DIR/cluster.sh" exec cargo test -p e2e --offline -- --test-threads="${VWS_E2E_THREADS:-4}" "$@"
 log "e2e finished in $((SECONDS - t0))s"

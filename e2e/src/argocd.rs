@@ -15,7 +15,9 @@ pub const ARGOCD_NAMESPACE: &str = "argocd";
 static STARTED: OnceCell<()> = OnceCell::const_new();
 
 /// Starts Argo CD once per test binary (a no-op when it runs already; the script holds a
-/// lock, so test binaries running side by side start it once).
+/// lock, so test binaries running side by side start it once), and applies the app
+/// controller's Role in Argo CD's namespace from `deploy/components/argocd-engine`, so the
+/// tests' controllers run with exactly the rights that component installs.
 pub async fn require_argocd() -> anyhow::Result<()> {
     STARTED
         .get_or_try_init(|| async {
@@ -34,6 +36,10 @@ pub async fn require_argocd() -> anyhow::Result<()> {
                     String::from_utf8_lossy(&output.stderr)
                 );
             }
+            let rbac = repo_root().join("deploy/components/argocd-engine/rbac-argocd.yaml");
+            let yaml = std::fs::read_to_string(&rbac).with_context(|| format!("reading {}", rbac.display()))?;
+            crate::deploy::ensure_bundle_rbac().await?;
+            crate::deploy::apply(&yaml, false).await?;
             Ok(())
         })
         .await

@@ -140,12 +140,18 @@ fn engine_object_events(
             None => Api::all_with(client.clone(), &resource),
         },
     };
+    // A controller confined to one namespace hears only of its own ApplicationInstances'
+    // objects in the engine's namespace (which holds every tenant's).
+    let mut config = watcher::Config::default();
+    if let (WatchPlace::Namespace(_), OwnerLink::InstanceLabels, Some(ns)) =
+        (&watched.place, watched.link, scope.watch_namespace())
+    {
+        config = config.labels(&format!("{}={ns}", helmengine::watch::LABEL_INSTANCE_NAMESPACE));
+    }
     // Backoff after `touched_objects`: the watcher emits `Init` before every list, and
     // any item resets a backoff placed before it, so a list failing over and over (404)
     // would be retried every second instead of backing off to 30 s.
-    let stream = watcher(api, watcher::Config::default())
-        .touched_objects()
-        .default_backoff();
+    let stream = watcher(api, config).touched_objects().default_backoff();
     let kind = resource.kind.clone();
     (keep_errors_to_itself(stream, kind), resource, watched.link)
 }

@@ -107,9 +107,15 @@ pub fn application(
             "project": object_name(id),
             "source": source,
             "destination": { "server": placement.destination_server, "namespace": target },
-            "syncPolicy": sync_policy,
         }
     });
+    // Left out rather than empty: server-side apply would leave an emptied map as `null`,
+    // which Argo CD's schema refuses.
+    if !sync_policy.is_empty()
+        && let Some(spec) = object.data.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.insert("syncPolicy".into(), Value::Object(sync_policy));
+    }
     Ok(object)
 }
 

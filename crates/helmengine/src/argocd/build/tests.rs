@@ -130,8 +130,8 @@ fn mapped_fields() {
         (
             "suspended: no automated sync",
             Box::new(|s| s.suspend = true),
-            "/spec/syncPolicy",
-            json!({}),
+            "/spec/project",
+            json!("team-a.wiki"),
         ),
         (
             "drift correction is self-heal",
@@ -183,7 +183,15 @@ fn an_operation_holding_the_release_suspends_it() {
         &placement(),
     )
     .unwrap();
-    assert_eq!(built.data.pointer("/spec/syncPolicy"), Some(&json!({})));
+    assert_eq!(
+        built.data.pointer("/spec/syncPolicy"),
+        None,
+        "no automated sync (and no empty syncPolicy, which server-side apply would leave null)"
+    );
+    let mut spec = repo_spec("https://charts.example.com", None);
+    spec.suspend = true;
+    let built = application(&app(spec), &MaterializeInput::default(), &placement()).unwrap();
+    assert_eq!(built.data.pointer("/spec/syncPolicy"), None, "spec.suspend");
 }
 
 #[test]
