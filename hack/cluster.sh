@@ -14,6 +14,9 @@
 #   hack/cluster.sh load-images ARCHIVE...  OCI archives into the real node's containerd
 #   hack/cluster.sh start-registries  start (or restart) the OCI registry and the HTTPS chart
 #                            repository on a running cluster, and push the test charts
+#   hack/cluster.sh start-argocd  start real Argo CD (redis, repo-server, application controller)
+#                            on demand; idempotent, also from inside `exec` (hack/argocd.sh)
+#   hack/cluster.sh stop-argocd   stop it again (`down` stops it too)
 #
 # `up` starts one real node (real-node-0: containerd, kubelet, kube-proxy, CoreDNS and a
 # volume provisioner; hack/node.sh) beside the kwok node, unless VWS_REAL_NODE=0.
@@ -59,6 +62,8 @@ VELERO_NS=velero
 VELERO_BUCKET=velero
 # The real node (containerd, kubelet, kube-proxy, CoreDNS, local-path-provisioner).
 source "$HACK_DIR/node.sh"
+# Argo CD, on demand only (start-argocd): `up` neither builds nor starts it.
+source "$HACK_DIR/argocd.sh"
 
 # Components; stopped in reverse order of this list.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok chart-server registry https-chart-server source-controller helm-controller moto velero)
@@ -573,7 +578,7 @@ note_other_clusters() {
 
 cmd_down() {
   local i pid
-  if [[ $PROFILE == full ]]; then peer down; node_down; fi
+  if [[ $PROFILE == full ]]; then peer down; node_down; cmd_stop_argocd; fi
   for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do stop_component "${COMPONENTS[$i]}"; done
   # Anything else still alive in our netns was started by tests or tools for this cluster.
   if ip netns list | grep -qw "^$NETNS"; then
@@ -587,7 +592,8 @@ cmd_down() {
   rm -f "$PID_DIR"/*.pid
   # demo/ is the simulator's record of this cluster (its key, bound to this cluster's identity
   # on first contact): a new cluster gets a new record, or the agent is refused ClusterMismatch.
-  rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/flux-artifacts" "$CLUSTER_DIR/velero" "$CLUSTER_DIR/env" "$CLUSTER_DIR/demo"
+  rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/flux-artifacts" "$CLUSTER_DIR/velero" "$CLUSTER_DIR/env" "$CLUSTER_DIR/demo" \
+    "$CLUSTER_DIR/argocd" "$CLUSTER_DIR/argocd.env"
   if [[ $PROFILE == full ]]; then log "cluster down (logs kept in $LOG_DIR)"; else log "peer cluster down"; fi
 }
 
@@ -643,5 +649,8 @@ case "${1:-}" in
   peer-up) peer up ;;
   # The registry and the HTTPS chart repository alone, e.g. beside a cluster started before they existed.
   start-registries) cmd_start_registries ;;
-  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|stop-flux|start-helm-controller|load-images ARCHIVE...|start-registries" >&2; exit 2 ;;
+  # Real Argo CD, on demand (hack/argocd.sh); e2e tests call it from inside `exec`.
+  start-argocd) cmd_start_argocd ;;
+  stop-argocd) cmd_stop_argocd ;;
+  *) echo "usage: $0 up|down|status|exec CMD...|env|peer-up|restart-flux|stop-flux|start-helm-controller|load-images ARCHIVE...|start-registries|start-argocd|stop-argocd" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@
 #   hack/gen-tool-modules.sh velero ...    only the named ones (kube, etcd, kwok,
 #                                          helm-controller, source-controller, velero,
 #                                          node-kube, node-containerd, node-runc, node-cni,
-#                                          node-coredns, node-local-path, registry)
+#                                          node-coredns, node-local-path, registry, argocd)
 source "$(dirname "$0")/lib.sh"
 
 SELECTED=("$@")
@@ -220,5 +220,18 @@ if selected registry; then
   up=$(go mod download -json "github.com/distribution/distribution/v3@$DISTRIBUTION_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
   copy_nonlocal_replaces "$d" "$up"
   (cd "$d" && go get -tool "github.com/distribution/distribution/v3/cmd/registry@$DISTRIBUTION_VERSION" && go mod tidy)
+fi
+# --- Argo CD (hack/versions-argocd.env) -----------------------------------------
+# Cached apart from the control plane (argocd_cache_key in lib.sh). Its go.mod says
+# `go 1.27.0`, so this wrapper (and hack/build-argocd-bins.sh) uses ARGOCD_GOTOOLCHAIN.
+# argo-cd requires its in-repo gitops-engine module, github.com/argoproj/argo-cd/gitops-engine/v3
+# (tagged gitops-engine/vX.Y.Z, served by the proxy at Argo CD's version), and replaces it with
+# ./gitops-engine: a local path, so not copied; the published module is used as required.
+if selected argocd; then
+  log "argocd $ARGOCD_VERSION"
+  gen_module argocd vworkspace.local/tools/argocd
+  up=$(GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN go mod download -json "github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  copy_nonlocal_replaces "$HACK_DIR/tools/argocd" "$up"
+  (cd "$HACK_DIR/tools/argocd" && GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN go get -tool "github.com/argoproj/argo-cd/v3/cmd@$ARGOCD_VERSION")
 fi
 log "wrappers regenerated under hack/tools/"

@@ -12,6 +12,8 @@ source "$HACK_DIR/versions-velero.env"
 source "$HACK_DIR/versions-node.env"
 # shellcheck source=versions-registry.env
 source "$HACK_DIR/versions-registry.env"
+# shellcheck source=versions-argocd.env
+source "$HACK_DIR/versions-argocd.env"
 
 export GOTOOLCHAIN=local
 export GOFLAGS=-buildvcs=false
@@ -21,13 +23,14 @@ export CGO_ENABLED=0
 # so a clean clone reuses them and a version bump rebuilds.
 CACHE_ROOT="${VWS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vworkspace-operator}"
 # Velero (hack/tools/velero, hack/versions-velero.env), the real node
-# (hack/tools/node-*, hack/versions-node.env) and the OCI registry
-# (hack/tools/registry, hack/versions-registry.env) are cached on their own, so
+# (hack/tools/node-*, hack/versions-node.env), the OCI registry
+# (hack/tools/registry, hack/versions-registry.env) and Argo CD
+# (hack/tools/argocd, hack/versions-argocd.env) are cached on their own, so
 # they are left out of this key: adding or bumping them never rebuilds Kubernetes.
 cache_key() {
   local d mods=() sums=()
   for d in "$HACK_DIR"/tools/*/; do
-    [[ $d == */tools/velero/ || $d == */tools/node-*/ || $d == */tools/registry/ ]] && continue
+    [[ $d == */tools/velero/ || $d == */tools/node-*/ || $d == */tools/registry/ || $d == */tools/argocd/ ]] && continue
     mods+=("${d}go.mod"); sums+=("${d}go.sum")
   done
   { cat "$HACK_DIR/versions.env" "${mods[@]}" "${sums[@]}" 2>/dev/null || true; } | sha256sum | cut -c1-16
@@ -59,6 +62,14 @@ registry_cache_key() {
         "$HACK_DIR"/tools/registry/htpasswd/main.go 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
 REGISTRY_DIR="$CACHE_ROOT/registry-$(registry_cache_key)"
+
+# Argo CD (one multi-call binary), the helm CLI its repo-server execs and Argo CD's
+# CRDs and RBAC (hack/build-argocd-bins.sh), keyed by hack/versions-argocd.env and
+# the wrapper. Only `hack/cluster.sh start-argocd` uses them; `up` never builds them.
+argocd_cache_key() {
+  { cat "$HACK_DIR/versions-argocd.env" "$HACK_DIR"/tools/argocd/go.mod "$HACK_DIR"/tools/argocd/go.sum 2>/dev/null || true; } | sha256sum | cut -c1-16
+}
+ARGOCD_DIR="$CACHE_ROOT/argocd-$(argocd_cache_key)"
 
 # Runtime state of the local cluster (certs, kubeconfig, logs, pids): ignored by git.
 CLUSTER_DIR="${VWS_CLUSTER_DIR:-$REPO_ROOT/target/e2e-cluster}"
