@@ -363,6 +363,9 @@ async fn cleanup(
     };
     match engine.delete(&app).await? {
         DeleteProgress::Gone => {
+            // Its namespace may be on its way out (with its release ServiceAccount and
+            // bindings) and come back under the same name: ensure them again next time.
+            ctx.tenancy.forget(&namespace);
             info!("release uninstalled; removing finalizer");
             Ok(Action::await_change())
         }

@@ -18,8 +18,10 @@
 //!   and `audit` at `restricted`), unless `--pod-security-enforce=none`.
 //!
 //! Writes happen once per namespace pair and process: a successful ensure is remembered in
-//! memory, so a controller at rest writes nothing. A binding deleted by hand is re-applied
-//! at the next start; meanwhile Flux reports the missing rights itself.
+//! memory, so a controller at rest writes nothing. Deleting an ApplicationInstance forgets its
+//! namespace's pairs (the namespace may be deleted and recreated under the same name). A
+//! binding deleted by hand is re-applied at the next start; meanwhile the engine reports the
+//! missing rights itself.
 
 use std::{collections::HashSet, fmt, str::FromStr, sync::Mutex};
 
@@ -122,6 +124,16 @@ impl Tenancy {
     fn is_ensured(&self, key: &(String, String)) -> bool {
         // A poisoned lock only means another reconcile panicked mid-insert; the set is still valid.
         self.ensured.lock().unwrap_or_else(|p| p.into_inner()).contains(key)
+    }
+
+    /// Forgets what was ensured for apps in `app_ns`, so the next release there ensures it
+    /// again (after an ApplicationInstance is deleted: its namespace may be deleted and
+    /// recreated under the same name, without the release ServiceAccount and bindings).
+    pub fn forget(&self, app_ns: &str) {
+        self.ensured
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(ns, _)| ns != app_ns);
     }
 
     /// Makes `app_ns` (and `target_ns`, when it differs) ready for a release applied as the
@@ -264,6 +276,23 @@ pub fn role_binding(binding_ns: &str, account_ns: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forgetting_a_namespace_drops_only_its_pairs() {
+        let tenancy = Tenancy::new("test", PodSecurityEnforce::Baseline);
+        let pair = |a: &str, t: &str| (a.to_owned(), t.to_owned());
+        for key in [
+            pair("team-a", "team-a"),
+            pair("team-a", "shared"),
+            pair("team-b", "team-b"),
+        ] {
+            tenancy.ensured.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+        }
+        tenancy.forget("team-a");
+        assert!(!tenancy.is_ensured(&pair("team-a", "team-a")));
+        assert!(!tenancy.is_ensured(&pair("team-a", "shared")));
+        assert!(tenancy.is_ensured(&pair("team-b", "team-b")));
+    }
 
     #[test]
     fn own_namespace_binding_grants_the_release_role_to_its_own_account() {

@@ -11,7 +11,7 @@
 //! | `serviceAccountName` (default `vworkspace-release`) | the AppProject's `destinationServiceAccounts` (sync impersonation) |
 //! | `suspend`, an Operation holding the release | no `spec.syncPolicy.automated` |
 //! | `driftDetection.mode` `enabled` / `warn`, `disabled` (default) | `automated.selfHeal` true / false (Argo CD reports drift as `OutOfSync` either way) |
-//! | `install`/`upgrade.remediation.retries` | `spec.syncPolicy.retry.limit` (the larger) |
+//! | `install`/`upgrade.remediation.retries` (default none) | `spec.syncPolicy.retry.limit` (the larger; `0` by default, where Argo CD would retry 5 times) |
 //! | `interval`, `timeout` | not mapped: Argo CD's own resync and sync timeouts apply |
 //!
 //! Refused with `InvalidSpec` (nothing written), because Argo CD has nothing that keeps
@@ -97,9 +97,9 @@ pub fn application(
             .is_some_and(|d| d.mode == DriftDetectionMode::Enabled);
         sync_policy.insert("automated".into(), json!({ "prune": true, "selfHeal": self_heal }));
     }
-    if let Some(limit) = retry_limit(app) {
-        sync_policy.insert("retry".into(), json!({ "limit": limit }));
-    }
+    // Always set: without it Argo CD retries an automated sync 5 times, where the spec (like
+    // Flux's default) asks for no retry unless remediation.retries says so.
+    sync_policy.insert("retry".into(), json!({ "limit": retry_limit(app).unwrap_or(0) }));
     let mut object = new_object(app, id, APPLICATION, COMPONENT_HELM_RELEASE, placement)?;
     object.metadata.finalizers = Some(vec![RESOURCES_FINALIZER.to_owned()]);
     object.data = json!({

@@ -156,6 +156,22 @@ impl ArgoCdEngine {
 
         let live_project = self.ensure_writable(APP_PROJECT, app, &name).await?;
         self.apply(APP_PROJECT, &project, live_project.as_ref()).await?;
+        let mut application = application;
+        if live_project.is_none() {
+            // Argo CD reads AppProjects from its own cache: an automated sync started the
+            // moment the Application appears may not find a project created a millisecond
+            // earlier, and fails for good ("referencing project … which does not exist"; it
+            // never retries a failed revision). So a new project's Application starts without
+            // automated sync; the next reconcile, woken by Argo CD's first status write,
+            // turns it on.
+            if let Some(policy) = application
+                .data
+                .pointer_mut("/spec/syncPolicy")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                policy.remove("automated");
+            }
+        }
         let live_application = self.ensure_writable(APPLICATION, app, &name).await?;
         self.apply(APPLICATION, &application, live_application.as_ref()).await?;
         Ok(Materialized {

@@ -10,6 +10,7 @@
 //! |---|---|---|---|
 //! | a condition whose type ends in `Error` (`ComparisonError`, `InvalidSpecError`, `SyncError`, …) | False (+ Stalled for `SyncError`) | the condition type | its message |
 //! | last operation `Failed` or `Error`, not yet synced | False (+ Stalled) | `SyncFailed` | `operationState.message` |
+//! | an operation `Running` after a failed attempt (`retryCount` > 0) | False | `SyncFailed` | `operationState.message` ("… Retrying attempt #n at …") |
 //! | an operation `Running` or `Terminating` | Unknown (+ Reconciling) | the phase | `operationState.message` |
 //! | `Synced` and `Healthy` | True | `Healthy` | `health.message`, else what was synced |
 //! | health `Degraded` | False | `Degraded` | `health.message` |
@@ -50,6 +51,10 @@ pub fn observe(application: &DynamicObject) -> Observation {
     let health_message = text("/health/message");
     let phase = text("/operationState/phase");
     let operation_message = text("/operationState/message");
+    let retried = status
+        .and_then(|s| s.pointer("/operationState/retryCount"))
+        .and_then(Value::as_i64)
+        .is_some_and(|n| n > 0);
 
     let compared = status.and_then(|s| s.pointer("/sync/comparedTo"));
     let observed_generation_current = match (spec, compared) {
@@ -88,6 +93,15 @@ pub fn observe(application: &DynamicObject) -> Observation {
             operation_message.to_owned(),
             false,
             true,
+        )
+    } else if phase == "Running" && retried {
+        // A failed attempt, retried after a backoff (syncPolicy.retry): a failure being retried.
+        (
+            "False",
+            REASON_SYNC_FAILED.to_owned(),
+            operation_message.to_owned(),
+            false,
+            false,
         )
     } else if matches!(phase, "Running" | "Terminating") {
         ("Unknown", phase.to_owned(), operation_message.to_owned(), true, false)

@@ -58,7 +58,7 @@ fn an_http_chart_becomes_an_automated_application_in_argo_cds_namespace() {
                     },
                 },
                 "destination": {"server": "https://kubernetes.default.svc", "namespace": NAMESPACE},
-                "syncPolicy": {"automated": {"prune": true, "selfHeal": false}},
+                "syncPolicy": {"automated": {"prune": true, "selfHeal": false}, "retry": {"limit": 0}},
             },
         })
     );
@@ -185,13 +185,13 @@ fn an_operation_holding_the_release_suspends_it() {
     .unwrap();
     assert_eq!(
         built.data.pointer("/spec/syncPolicy"),
-        None,
-        "no automated sync (and no empty syncPolicy, which server-side apply would leave null)"
+        Some(&json!({"retry": {"limit": 0}})),
+        "no automated sync"
     );
     let mut spec = repo_spec("https://charts.example.com", None);
     spec.suspend = true;
     let built = application(&app(spec), &MaterializeInput::default(), &placement()).unwrap();
-    assert_eq!(built.data.pointer("/spec/syncPolicy"), None, "spec.suspend");
+    assert_eq!(built.data.pointer("/spec/syncPolicy/automated"), None, "spec.suspend");
 }
 
 #[test]

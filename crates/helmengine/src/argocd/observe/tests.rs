@@ -94,6 +94,19 @@ fn ready_mapping_table() {
             triple("Unknown", "Running", "waiting for completion of hook batch/Job/migrate"),
         ),
         (
+            "a failed attempt being retried",
+            json!({
+                "sync": sync("OutOfSync"), "health": {"status": "Healthy"},
+                "operationState": {"phase": "Running", "retryCount": 2,
+                    "message": "one or more synchronization tasks completed unsuccessfully, reason: Secret \"shop-broken-tls\" is invalid: data[tls.key]: Required value. Retrying attempt #2 at 2026-11-27T07:21:08Z."},
+            }),
+            triple(
+                "False",
+                "SyncFailed",
+                "one or more synchronization tasks completed unsuccessfully, reason: Secret \"shop-broken-tls\" is invalid: data[tls.key]: Required value. Retrying attempt #2 at 2026-11-27T07:21:08Z.",
+            ),
+        ),
+        (
             "degraded",
             json!({"sync": sync("Synced"), "health": {"status": "Degraded", "message": "Deployment exceeded its progress deadline"}}),
             triple("False", "Degraded", "Deployment exceeded its progress deadline"),
