@@ -81,6 +81,8 @@ pub struct BundleOptions<'a> {
     pub app_controller_replicas: u32,
     /// Arguments appended to the app controller's container.
     pub app_controller_args: &'a [String],
+    /// Components of `deploy/components/` added to the overlay (e.g. `argocd-engine`).
+    pub components: &'a [&'a str],
 }
 
 /// The kustomization (`kustomization.yaml`) rendering `options`: the overlay as its only
@@ -105,10 +107,20 @@ pub fn kustomization(dir: &Path, options: &BundleOptions<'_>) -> anyhow::Result<
             "op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": arg,
         }));
     }
+    let components = options
+        .components
+        .iter()
+        .map(|c| {
+            Ok(relative_path(dir, &repo_root().join("deploy/components").join(c))?
+                .to_string_lossy()
+                .into_owned())
+        })
+        .collect::<anyhow::Result<Vec<String>>>()?;
     let kustomization = serde_json::json!({
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [base.to_string_lossy()],
+        "components": components,
         "configMapGenerator": [{
             "name": "vworkspace-tenancy",
             "namespace": deploy::SYSTEM_NAMESPACE,
@@ -682,6 +694,7 @@ mod tests {
                 allowed_namespaces: "e2e-x",
                 app_controller_replicas: 2,
                 app_controller_args: &args,
+                components: &[],
             },
         )
         .expect("kustomization");

@@ -91,6 +91,7 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
             allowed_namespaces: &ns,
             app_controller_replicas: 2,
             app_controller_args: &app_controller_args,
+            components: &[],
         },
     )
     .await?;
@@ -692,6 +693,23 @@ async fn chart_release_path(
 /// chart repository as pods reach it) becomes Ready, its pod runs on the real node and its
 /// Service answers with the greeting; deleting it removes the release.
 async fn demo_app_through_the_api(ctx: &TestContext, node: &str, chart_repo: &str, by: &str) -> anyhow::Result<()> {
+    demo_app_through(ctx, node, chart_repo, by, Engine::Flux).await
+}
+
+/// Which engine the app controller under test materialises the demo app with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Flux,
+    ArgoCd,
+}
+
+async fn demo_app_through(
+    ctx: &TestContext,
+    node: &str,
+    chart_repo: &str,
+    by: &str,
+    engine: Engine,
+) -> anyhow::Result<()> {
     let ns = ctx.namespace.as_str();
     let greeting = format!("hello from {by} in {ns}");
     let mut values = bundle::placement(node);
@@ -701,7 +719,18 @@ async fn demo_app_through_the_api(ctx: &TestContext, node: &str, chart_repo: &st
         repo.url = chart_repo.to_owned();
     }
     e2e::apps::apply_app(ctx, &app).await?;
-    e2e::apps::wait_deployed(ctx, "demo", "InstallSucceeded", "0.1.0").await?;
+    let ready_reason = match engine {
+        Engine::Flux => "InstallSucceeded",
+        Engine::ArgoCd => "Healthy",
+    };
+    e2e::apps::wait_deployed(ctx, "demo", ready_reason, "0.1.0").await?;
+    if engine == Engine::ArgoCd {
+        anyhow::ensure!(
+            e2e::argocd::application(ctx, "demo").await?.is_some()
+                && flux::helm_releases(ctx).get_opt("demo").await?.is_none(),
+            "the demo app is an Argo CD Application, not a HelmRelease"
+        );
+    }
     let demo_pods = bundle::wait_available_on(ctx, ns, "demo", node, Duration::from_secs(60)).await?;
     assert_eq!(demo_pods.len(), 1, "{}", pods_summary(&demo_pods));
     let body = service_get(ctx, "demo").await?;
@@ -711,11 +740,14 @@ async fn demo_app_through_the_api(ctx: &TestContext, node: &str, chart_repo: &st
         .await?;
     eventually(ctx, "demo and its release gone", Duration::from_secs(120), || {
         let (apps, hrs) = (ctx.api::<ApplicationInstance>(), flux::helm_releases(ctx));
+        let (applications, application) = (e2e::argocd::applications(ctx), e2e::argocd::object_name(ctx, "demo"));
         async move {
             let app = apps.get_opt("demo").await?.is_some();
-            let hr = hrs.get_opt("demo").await?.is_some();
+            let hr = hrs.get_opt("demo").await?.is_some() || applications.get_opt(&application).await?.is_some();
             Ok(if app || hr {
-                Err(format!("ApplicationInstance present: {app}, HelmRelease present: {hr}"))
+                Err(format!(
+                    "ApplicationInstance present: {app}, HelmRelease or Application present: {hr}"
+                ))
             } else {
                 Ok(())
             })
@@ -822,6 +854,7 @@ async fn app_only_overlay_beside_the_clusters_flux_runs_on_the_real_node() -> an
             allowed_namespaces: &ns,
             app_controller_replicas: 1,
             app_controller_args: &args,
+            components: &[],
         },
     )
     .await?;
@@ -880,6 +913,77 @@ async fn app_only_overlay_beside_the_clusters_flux_runs_on_the_real_node() -> an
     .await?;
     assert!(bindings.is_empty(), "left behind: {bindings:?}");
     phase(started, "app-only removed, nothing left behind");
+    rendered.remove_dir();
+    Ok(())
+}
+
+/// The `argocd-engine` component on the app-only overlay (issue 20): the app controller's pod
+/// runs on the real node with `--default-engine=argocd` and its Role in Argo CD's namespace, and
+/// an ApplicationInstance that names no engine is deployed by the cluster's real Argo CD (out of
+/// cluster, `hack/cluster.sh start-argocd`), syncing as the namespace's release ServiceAccount:
+/// the demo pod runs on the real node and answers on its Service; removing the overlay leaves
+/// nothing behind.
+#[tokio::test]
+async fn app_only_overlay_with_the_argocd_engine_component_deploys_through_argo_cd() -> anyhow::Result<()> {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let node = bundle::real_node()?;
+    e2e::argocd::require_argocd().await?;
+    let ctx = TestContext::new("bundle-argocd").await?;
+    let ns = ctx.namespace.clone();
+    let client = ctx.client.clone();
+    remove_bundle_leftovers(&client).await?;
+
+    let chart_repo = bundle::chart_repo_for_pods();
+    let args = [format!("--insecure-repository-hosts={}", bundle::url_host(&chart_repo))];
+    let rendered = RenderedBundle::render(
+        &ns,
+        &BundleOptions {
+            overlay: "app-only",
+            node: &node,
+            allowed_namespaces: &ns,
+            app_controller_replicas: 1,
+            app_controller_args: &args,
+            components: &["argocd-engine"],
+        },
+    )
+    .await?;
+    let controller_args: Vec<String> = rendered
+        .of_kind(&["Deployment"])
+        .iter()
+        .filter_map(|d| d.pointer("/spec/template/spec/containers/0/args")?.as_array().cloned())
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    for flag in ["--engines=flux,argocd", "--default-engine=argocd"] {
+        anyhow::ensure!(
+            controller_args.iter().any(|a| a == flag),
+            "{flag} missing: {controller_args:?}"
+        );
+    }
+    let to_install = rendered.without_crds();
+    let installed = InstalledBundle::new(&rendered.dir, &to_install, &ns)?;
+    installed.apply().await?;
+    phase(started, "applied app-only with the argocd-engine component");
+
+    let result = async {
+        bundle::wait_available_on(&ctx, SYSTEM_NAMESPACE, APP_CONTROLLER, &node, bundle::ROLLOUT_TIMEOUT).await?;
+        phase(started, "app-controller Available on the real node");
+        demo_app_through(&ctx, &node, &chart_repo, "Argo CD", Engine::ArgoCd).await?;
+        phase(started, "demo installed through Argo CD answers on its Service");
+        anyhow::Ok(())
+    }
+    .await;
+
+    let removed = installed.remove(&ctx, REMOVAL_TIMEOUT).await;
+    let restored = restore_release_role().await;
+    result?;
+    removed?;
+    restored?;
+    let left = bundle::still_present(&to_install).await?;
+    let left: Vec<&String> = left.iter().filter(|id| !id.ends_with(api::RELEASE_ROLE)).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    phase(started, "removed, nothing left behind");
     rendered.remove_dir();
     Ok(())
 }
