@@ -156,14 +156,18 @@ impl ArgoCdEngine {
 
         let live_project = self.ensure_writable(APP_PROJECT, app, &name).await?;
         self.apply(APP_PROJECT, &project, live_project.as_ref()).await?;
+        let live_application = self.ensure_writable(APPLICATION, app, &name).await?;
         let mut application = application;
-        if live_project.is_none() {
-            // Argo CD reads AppProjects from its own cache: an automated sync started the
-            // moment the Application appears may not find a project created a millisecond
-            // earlier, and fails for good ("referencing project … which does not exist"; it
-            // never retries a failed revision). So a new project's Application starts without
-            // automated sync; the next reconcile, woken by Argo CD's first status write,
-            // turns it on.
+        let compared = live_application
+            .as_ref()
+            .is_some_and(|live| live.data.pointer("/status/sync/comparedTo").is_some());
+        if live_project.is_none() || !compared {
+            // Argo CD reads AppProjects from its own cache: an automated sync started before
+            // that cache holds a project created a moment earlier fails for good ("referencing
+            // project … which does not exist"; Argo CD never retries a failed revision). So an
+            // Application starts without automated sync until Argo CD has compared it, which it
+            // does only once it has found the project (`status.sync.comparedTo`); the reconcile
+            // its status write wakes turns automated sync on.
             if let Some(policy) = application
                 .data
                 .pointer_mut("/spec/syncPolicy")
@@ -172,7 +176,6 @@ impl ArgoCdEngine {
                 policy.remove("automated");
             }
         }
-        let live_application = self.ensure_writable(APPLICATION, app, &name).await?;
         self.apply(APPLICATION, &application, live_application.as_ref()).await?;
         Ok(Materialized {
             engine_ref: self.reference(APPLICATION, &name),
