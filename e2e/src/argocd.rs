@@ -3,11 +3,11 @@
 //! and helpers for tests of the argocd engine.
 
 use anyhow::{Context as _, bail};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use crate::{TestContext, apps, get_json, process::ControllerProcess, repo_root};
+use crate::{TestContext, apps, dynamic_api, get_json, process::ControllerProcess, repo_root};
 
 /// Argo CD's namespace on the local cluster; the engine writes its objects there.
 pub const ARGOCD_NAMESPACE: &str = "argocd";
@@ -61,26 +61,19 @@ pub async fn start_controller(ctx: &TestContext, extra: &[&str]) -> anyhow::Resu
     apps::start_controller(ctx, &args).await
 }
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", kind), plural)
+/// An Argo CD kind in Argo CD's namespace.
+fn argocd_api(ctx: &TestContext, kind: &str, plural: &str) -> Api<DynamicObject> {
+    dynamic_api(&ctx.client, ARGOCD_NAMESPACE, "argoproj.io", "v1alpha1", kind, plural)
 }
 
 /// Argo CD's Applications.
 pub fn applications(ctx: &TestContext) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        ctx.client.clone(),
-        ARGOCD_NAMESPACE,
-        &resource("Application", "applications"),
-    )
+    argocd_api(ctx, "Application", "applications")
 }
 
 /// Argo CD's AppProjects.
 pub fn app_projects(ctx: &TestContext) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        ctx.client.clone(),
-        ARGOCD_NAMESPACE,
-        &resource("AppProject", "appprojects"),
-    )
+    argocd_api(ctx, "AppProject", "appprojects")
 }
 
 /// The name of the Application (and AppProject) the engine writes for ApplicationInstance `app`.

@@ -822,6 +822,27 @@ async fn restore_release_role() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The end of an overlay test: removes the overlay and restores the release ClusterRole, also
+/// when the test failed (`result`), then returns that failure first, and checks that none of
+/// the overlay's objects is left behind but that ClusterRole.
+async fn remove_overlay_and_check_nothing_left(
+    ctx: &TestContext,
+    installed: InstalledBundle,
+    installed_docs: &[&Value],
+    result: anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let removed = installed.remove(ctx, REMOVAL_TIMEOUT).await;
+    let restored = restore_release_role().await;
+    result?;
+    removed?;
+    restored?;
+    let left = bundle::still_present(installed_docs).await?;
+    // The release ClusterRole is back (restore_release_role), as the cluster had it.
+    let left: Vec<&String> = left.iter().filter(|id| !id.ends_with(api::RELEASE_ROLE)).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    Ok(())
+}
+
 /// The `app-only` overlay beside the cluster's own Flux (the out-of-cluster one, which keeps
 /// running), with the same changes as `full` above (placement, allow-list, the chart host):
 /// the app controller's pod becomes Available on the real node with its own ServiceAccount
@@ -891,15 +912,7 @@ async fn app_only_overlay_beside_the_clusters_flux_runs_on_the_real_node() -> an
     }
     .await;
 
-    let removed = installed.remove(&ctx, REMOVAL_TIMEOUT).await;
-    let restored = restore_release_role().await;
-    result?;
-    removed?;
-    restored?;
-    let left = bundle::still_present(&to_install).await?;
-    // The release ClusterRole is back (restore_release_role), as the cluster had it.
-    let left: Vec<&String> = left.iter().filter(|id| !id.ends_with(api::RELEASE_ROLE)).collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    remove_overlay_and_check_nothing_left(&ctx, installed, &to_install, result).await?;
     let roles =
         bundle::cluster_objects_part_of("clusterroles.rbac.authorization.k8s.io", &["vworkspace-operator"]).await?;
     assert_eq!(
@@ -975,14 +988,7 @@ async fn app_only_overlay_with_the_argocd_engine_component_deploys_through_argo_
     }
     .await;
 
-    let removed = installed.remove(&ctx, REMOVAL_TIMEOUT).await;
-    let restored = restore_release_role().await;
-    result?;
-    removed?;
-    restored?;
-    let left = bundle::still_present(&to_install).await?;
-    let left: Vec<&String> = left.iter().filter(|id| !id.ends_with(api::RELEASE_ROLE)).collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    remove_overlay_and_check_nothing_left(&ctx, installed, &to_install, result).await?;
     phase(started, "removed, nothing left behind");
     rendered.remove_dir();
     Ok(())

@@ -126,7 +126,7 @@ pub(crate) fn is_up_to_date(live: &DynamicObject, desired: &DynamicObject, hash:
 
 /// `desired` is contained in `live`: objects recursively (the server may add defaults),
 /// everything else (arrays, scalars) equal.
-fn is_subset(desired: &serde_json::Value, live: &serde_json::Value) -> bool {
+pub(crate) fn is_subset(desired: &serde_json::Value, live: &serde_json::Value) -> bool {
     match (desired, live) {
         (serde_json::Value::Object(d), serde_json::Value::Object(l)) => d
             .iter()

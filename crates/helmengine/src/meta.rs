@@ -120,6 +120,27 @@ pub fn is_terminating(meta: &ObjectMeta) -> bool {
     meta.deletion_timestamp.is_some()
 }
 
+/// Splits the part of an `http(s)://` or `oci://` chart repository URL after the scheme
+/// into `host[:port]` and path, refusing a URL without a host or with credentials in it
+/// (everyone who can read the app would see them). `credentials_advice`, when given, is
+/// appended to that refusal: where the engine takes repository credentials instead.
+pub fn check_repository_authority<'a>(
+    rest: &'a str,
+    credentials_advice: Option<&str>,
+) -> Result<(&'a str, &'a str), EngineError> {
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if authority.contains('@') {
+        let advice = credentials_advice.map(|a| format!("; {a}")).unwrap_or_default();
+        return Err(EngineError::InvalidSpec(format!(
+            "chart.repository.url must not embed credentials{advice}"
+        )));
+    }
+    if authority.is_empty() {
+        return Err(EngineError::InvalidSpec("chart.repository.url has no host".into()));
+    }
+    Ok((authority, path))
+}
+
 /// Whether `meta` carries our managed-by label and the instance label of `app_name`.
 fn labelled_for(meta: &ObjectMeta, app_name: &str) -> bool {
     let labels = meta.labels.as_ref();
@@ -229,6 +250,31 @@ mod tests {
         let mut no_uid = app();
         no_uid.metadata.uid = None;
         assert!(matches!(owner_reference(&no_uid), Err(EngineError::InvalidSpec(_))));
+    }
+
+    #[test]
+    fn repository_authority_splits_and_refuses_credentials_and_empty_hosts() {
+        assert_eq!(
+            check_repository_authority("ghcr.io:443/charts/wiki", None).unwrap(),
+            ("ghcr.io:443", "charts/wiki")
+        );
+        assert_eq!(
+            check_repository_authority("charts.example.com", None).unwrap(),
+            ("charts.example.com", "")
+        );
+        let message = |rest, advice| check_repository_authority(rest, advice).err().map(|e| e.to_string());
+        assert_eq!(
+            message("user:pw@charts.example.com", None).as_deref(),
+            Some("chart.repository.url must not embed credentials")
+        );
+        assert_eq!(
+            message("user:pw@charts.example.com", Some("use a Secret")).as_deref(),
+            Some("chart.repository.url must not embed credentials; use a Secret")
+        );
+        assert_eq!(
+            message("/charts", None).as_deref(),
+            Some("chart.repository.url has no host")
+        );
     }
 
     #[test]

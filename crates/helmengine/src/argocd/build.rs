@@ -10,6 +10,7 @@
 //! | `targetNamespace` (default: the app's namespace) | `spec.destination.namespace`; the AppProject's only destination |
 //! | `serviceAccountName` (default `vworkspace-release`) | the AppProject's `destinationServiceAccounts` (sync impersonation) |
 //! | `suspend`, an Operation holding the release | no `spec.syncPolicy.automated` |
+//! | ([`Comparison::Pending`]: Argo CD has not yet compared the live Application) | no `spec.syncPolicy.automated` |
 //! | `driftDetection.mode` `enabled` / `warn`, `disabled` (default) | `automated.selfHeal` true / false (Argo CD reports drift as `OutOfSync` either way) |
 //! | `install`/`upgrade.remediation.retries` (default none) | `spec.syncPolicy.retry.limit` (the larger; `0` by default, where Argo CD would retry 5 times) |
 //! | `interval`, `timeout` | not mapped: Argo CD's own resync and sync timeouts apply |
@@ -47,6 +48,37 @@ pub struct Placement {
     pub destination_server: String,
 }
 
+/// Whether Argo CD has compared the live Application with its source yet, read from the
+/// live objects before a write.
+///
+/// Argo CD reads AppProjects from its own cache: an automated sync started before that cache
+/// holds a project created a moment earlier fails for good ("referencing project … which
+/// does not exist"; Argo CD never retries a failed revision). Argo CD compares an
+/// Application (`status.sync.comparedTo`) only once it has found its project, so automated
+/// sync waits for that; the reconcile that Argo CD's status write wakes turns it on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    /// No Application yet, no `status.sync.comparedTo` on it, or its AppProject did not
+    /// exist before this write: no automated sync yet.
+    Pending,
+    /// Argo CD has compared the live Application, and its AppProject existed before this
+    /// write: automated sync as the spec asks.
+    Done,
+}
+
+impl Comparison {
+    /// The comparison state shown by the AppProject and Application as read before writing
+    /// them (`None`: absent).
+    pub fn of(live_project: Option<&DynamicObject>, live_application: Option<&DynamicObject>) -> Self {
+        let compared = live_application.is_some_and(|live| live.data.pointer("/status/sync/comparedTo").is_some());
+        if live_project.is_some() && compared {
+            Self::Done
+        } else {
+            Self::Pending
+        }
+    }
+}
+
 /// Name of the Application and of its AppProject for `app`: `<namespace>.<name>`.
 /// Unique, because namespace names hold no dots.
 pub fn object_name(id: AppId<'_>) -> String {
@@ -62,11 +94,13 @@ pub fn target_namespace<'a>(app: &'a ApplicationInstance, id: AppId<'a>) -> &'a 
         .unwrap_or(id.namespace)
 }
 
-/// The Application for `app`. Validates the whole spec first: an error writes nothing.
+/// The Application for `app`, with automated sync only once Argo CD has compared it
+/// ([`Comparison`]). Validates the whole spec first: an error writes nothing.
 pub fn application(
     app: &ApplicationInstance,
     input: &MaterializeInput,
     placement: &Placement,
+    comparison: Comparison,
 ) -> Result<DynamicObject, EngineError> {
     let id = AppId::of(app)?;
     let repository = repository(app)?;
@@ -89,7 +123,7 @@ pub fn application(
     });
     let mut sync_policy = Map::new();
     let suspended = app.spec.suspend || input.suspended_by.is_some();
-    if !suspended {
+    if !suspended && comparison == Comparison::Done {
         let self_heal = app
             .spec
             .drift_detection
@@ -195,13 +229,8 @@ fn repository(app: &ApplicationInstance) -> Result<&ChartRepository, EngineError
     let Some(rest) = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")) else {
         return Err(invalid("chart.repository.url must start with https:// or http://"));
     };
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.is_empty() {
-        return Err(invalid("chart.repository.url has no host"));
-    }
-    if authority.contains('@') {
-        return Err(invalid("chart.repository.url must not embed credentials"));
-    }
+    // No advice on where credentials go: this engine takes none (refused below).
+    meta::check_repository_authority(rest, None)?;
     if repository.secret_ref.is_some() || repository.cert_secret_ref.is_some() {
         return Err(invalid(
             "chart.repository.secretRef and certSecretRef are not supported by the argocd engine: \

@@ -4,8 +4,8 @@
 //! Requests per call:
 //! - `check_installed`: 1 discovery GET and a GET of `argocd-cm` (a success is trusted for
 //!   a minute).
-//! - `materialize`: a GET of the AppProject and of the Application (ownership), an apply of
-//!   each unless unchanged.
+//! - `materialize`: a GET of the AppProject and of the Application (ownership, and whether
+//!   Argo CD has compared the Application yet), an apply of each unless unchanged.
 //! - `observe`: a GET of the Application.
 //! - `delete`: a GET (and a DELETE) of the Application, then of the AppProject.
 //!
@@ -149,33 +149,18 @@ impl ArgoCdEngine {
         app: &ApplicationInstance,
         input: &MaterializeInput,
     ) -> Result<Materialized, EngineError> {
-        let id = AppId::of(app)?;
-        let application = build::application(app, input, &self.placement)?;
+        let name = build::object_name(AppId::of(app)?);
+        // Both read before anything is built: the Application depends on what Argo CD has
+        // done with them so far.
+        let live_project = self.api(APP_PROJECT).get_opt(&name).await?;
+        let live_application = self.api(APPLICATION).get_opt(&name).await?;
+        let comparison = build::Comparison::of(live_project.as_ref(), live_application.as_ref());
+        let application = build::application(app, input, &self.placement, comparison)?;
         let project = build::app_project(app, &self.placement)?;
-        let name = build::object_name(id);
 
-        let live_project = self.ensure_writable(APP_PROJECT, app, &name).await?;
+        self.ensure_writable(APP_PROJECT, app, &name, live_project.as_ref())?;
         self.apply(APP_PROJECT, &project, live_project.as_ref()).await?;
-        let live_application = self.ensure_writable(APPLICATION, app, &name).await?;
-        let mut application = application;
-        let compared = live_application
-            .as_ref()
-            .is_some_and(|live| live.data.pointer("/status/sync/comparedTo").is_some());
-        if live_project.is_none() || !compared {
-            // Argo CD reads AppProjects from its own cache: an automated sync started before
-            // that cache holds a project created a moment earlier fails for good ("referencing
-            // project … which does not exist"; Argo CD never retries a failed revision). So an
-            // Application starts without automated sync until Argo CD has compared it, which it
-            // does only once it has found the project (`status.sync.comparedTo`); the reconcile
-            // its status write wakes turns automated sync on.
-            if let Some(policy) = application
-                .data
-                .pointer_mut("/spec/syncPolicy")
-                .and_then(serde_json::Value::as_object_mut)
-            {
-                policy.remove("automated");
-            }
-        }
+        self.ensure_writable(APPLICATION, app, &name, live_application.as_ref())?;
         self.apply(APPLICATION, &application, live_application.as_ref()).await?;
         Ok(Materialized {
             engine_ref: self.reference(APPLICATION, &name),
@@ -231,14 +216,16 @@ impl ArgoCdEngine {
         }
     }
 
-    async fn ensure_writable(
+    /// Refuses to write over `existing` unless it is ours (or orphaned) and not being deleted.
+    fn ensure_writable(
         &self,
         kind: ArgoKind,
         app: &ApplicationInstance,
         name: &str,
-    ) -> Result<Option<DynamicObject>, EngineError> {
-        let Some(existing) = self.api(kind).get_opt(name).await? else {
-            return Ok(None);
+        existing: Option<&DynamicObject>,
+    ) -> Result<(), EngineError> {
+        let Some(existing) = existing else {
+            return Ok(());
         };
         let what = format!("{} {}/{name}", kind.kind, self.placement.namespace);
         if is_terminating(&existing.metadata) {
@@ -247,7 +234,7 @@ impl ArgoCdEngine {
             )));
         }
         match ownership(&existing.metadata, app) {
-            Ownership::Ours | Ownership::Orphaned => Ok(Some(existing)),
+            Ownership::Ours | Ownership::Orphaned => Ok(()),
             Ownership::Foreign => Err(EngineError::Conflict(format!(
                 "{what} already exists and is not managed by this ApplicationInstance"
             ))),

@@ -31,7 +31,7 @@ use kube::api::DynamicObject;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{EngineCondition, MAX_HISTORY, Observation};
+use crate::{EngineCondition, MAX_HISTORY, Observation, apply};
 
 /// Argo CD's reason of our own for a failed sync (its UI and notifications say "sync failed").
 pub const REASON_SYNC_FAILED: &str = "SyncFailed";
@@ -60,7 +60,11 @@ pub fn observe(application: &DynamicObject) -> Observation {
     let observed_generation_current = match (spec, compared) {
         (Some(spec), Some(compared)) => {
             let same = |key: &str| match (spec.get(key), compared.get(key)) {
-                (Some(want), Some(have)) => is_subset(want, have),
+                // `apply::is_subset` takes a desired null as "anything"; a null here is
+                // current only against a null.
+                (Some(Value::Null), Some(have)) => have.is_null(),
+                // Argo CD may add defaults to what it copies.
+                (Some(want), Some(have)) => apply::is_subset(want, have),
                 _ => false,
             };
             same("source") && same("destination")
@@ -230,16 +234,6 @@ fn history(status: Option<&Value>) -> Vec<ReleaseRecord> {
             deployed_at: e.deployed_at,
         })
         .collect()
-}
-
-/// `want` is contained in `have` (Argo CD may add defaults to what it copies).
-fn is_subset(want: &Value, have: &Value) -> bool {
-    match (want, have) {
-        (Value::Object(w), Value::Object(h)) => w
-            .iter()
-            .all(|(k, v)| v.is_null() || h.get(k).is_some_and(|hv| is_subset(v, hv))),
-        (w, h) => w == h,
-    }
 }
 
 #[cfg(test)]

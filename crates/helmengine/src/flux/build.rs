@@ -229,18 +229,9 @@ fn check_oci_repository(rest: &str) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// Splits `host[:port][/path]` and checks the host part; refuses embedded credentials.
+/// [`meta::check_repository_authority`], pointing embedded credentials to `secretRef`.
 fn check_authority(rest: &str) -> Result<(&str, &str), EngineError> {
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    if authority.contains('@') {
-        return Err(invalid(
-            "chart.repository.url must not embed credentials; reference a Secret with chart.repository.secretRef",
-        ));
-    }
-    if authority.is_empty() {
-        return Err(invalid("chart.repository.url has no host"));
-    }
-    Ok((authority, path))
+    meta::check_repository_authority(rest, Some("reference a Secret with chart.repository.secretRef"))
 }
 
 /// A version only makes sense where Flux resolves one (see module docs).

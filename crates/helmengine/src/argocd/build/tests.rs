@@ -19,7 +19,7 @@ fn placement() -> Placement {
 }
 
 fn build(app: &ApplicationInstance) -> Result<serde_json::Value, EngineError> {
-    let object = application(app, &MaterializeInput::default(), &placement())?;
+    let object = application(app, &MaterializeInput::default(), &placement(), Comparison::Done)?;
     Ok(serde_json::to_value(object).unwrap_or_default())
 }
 
@@ -181,6 +181,7 @@ fn an_operation_holding_the_release_suspends_it() {
         &app(repo_spec("https://charts.example.com", None)),
         &input,
         &placement(),
+        Comparison::Done,
     )
     .unwrap();
     assert_eq!(
@@ -190,8 +191,64 @@ fn an_operation_holding_the_release_suspends_it() {
     );
     let mut spec = repo_spec("https://charts.example.com", None);
     spec.suspend = true;
-    let built = application(&app(spec), &MaterializeInput::default(), &placement()).unwrap();
+    let built = application(&app(spec), &MaterializeInput::default(), &placement(), Comparison::Done).unwrap();
     assert_eq!(built.data.pointer("/spec/syncPolicy/automated"), None, "spec.suspend");
+}
+
+/// Argo CD's project cache race (see [`Comparison`]): automated sync only once Argo CD has
+/// compared the live Application against a project that existed before this write.
+#[test]
+fn automated_sync_waits_until_argo_cd_has_compared_the_application() {
+    let live = |data: serde_json::Value| {
+        let mut object = DynamicObject::new("team-a.wiki", &APPLICATION.api_resource()).within("argocd");
+        object.data = data;
+        object
+    };
+    let project = live(json!({"spec": {}}));
+    let not_compared = live(json!({"status": {"sync": {"status": "Unknown"}}}));
+    let compared = live(json!({"status": {"sync": {"status": "Synced", "comparedTo": {"source": {}}}}}));
+    let cases = [
+        ("no live Application", Some(&project), None, false, false),
+        (
+            "live without comparedTo",
+            Some(&project),
+            Some(&not_compared),
+            false,
+            false,
+        ),
+        ("live with comparedTo", Some(&project), Some(&compared), false, true),
+        (
+            "compared, but the project is created by this write",
+            None,
+            Some(&compared),
+            false,
+            false,
+        ),
+        ("suspended, no live Application", Some(&project), None, true, false),
+        (
+            "suspended, live with comparedTo",
+            Some(&project),
+            Some(&compared),
+            true,
+            false,
+        ),
+    ];
+    for (name, live_project, live_application, suspend, automated) in cases {
+        let mut spec = repo_spec("https://charts.example.com", None);
+        spec.suspend = suspend;
+        let comparison = Comparison::of(live_project, live_application);
+        let built = application(&app(spec), &MaterializeInput::default(), &placement(), comparison).unwrap();
+        assert_eq!(
+            built.data.pointer("/spec/syncPolicy/automated").is_some(),
+            automated,
+            "{name}"
+        );
+        assert_eq!(
+            built.data.pointer("/spec/syncPolicy/retry"),
+            Some(&json!({"limit": 0})),
+            "{name}"
+        );
+    }
 }
 
 #[test]
@@ -291,7 +348,7 @@ fn refused_fields_write_nothing_and_say_why() {
         let mut spec = repo_spec("https://charts.example.com", None);
         edit(&mut spec);
         let app = app(spec);
-        let error = application(&app, &MaterializeInput::default(), &placement())
+        let error = application(&app, &MaterializeInput::default(), &placement(), Comparison::Done)
             .err()
             .map(|e| (e.is_terminal(), e.to_string()));
         assert!(

@@ -203,6 +203,17 @@ fn not_current_until_argo_compared_the_spec_we_wrote() {
             "{name}"
         );
     }
+
+    let mut with_default = sync("Synced");
+    with_default["comparedTo"]["source"]["path"] = json!("");
+    let observed = observe(&application(json!({ "sync": with_default })));
+    assert!(observed.observed_generation_current, "a default Argo CD added");
+    let mut null_source = application(json!({ "sync": sync("Synced") }));
+    null_source.data["spec"]["source"] = Value::Null;
+    assert!(
+        !observe(&null_source).observed_generation_current,
+        "a null source is not what Argo CD compared"
+    );
 }
 
 #[test]
