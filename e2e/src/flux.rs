@@ -30,6 +30,15 @@ pub fn helm_repositories(ctx: &TestContext) -> Api<DynamicObject> {
     )
 }
 
+/// The name of the chart source the app controller manages for the ApplicationInstance
+/// `app` of the test namespace: shared by every app of the namespace with the same
+/// repository spec, so named after the spec, not after the app
+/// (`helmengine::flux::build::source_reference`).
+pub async fn managed_source_name(ctx: &TestContext, app: &str) -> anyhow::Result<String> {
+    let app = ctx.api::<api::ApplicationInstance>().get(app).await?;
+    Ok(helmengine::flux::build::source_reference(&app)?.name)
+}
+
 /// A HelmRepository for the local chart server.
 pub fn local_helm_repository(name: &str) -> serde_json::Value {
     serde_json::json!({

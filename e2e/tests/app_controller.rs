@@ -481,7 +481,11 @@ async fn source_problems_surface_with_the_sources_reason() -> anyhow::Result<()>
     );
     let chart_name = format!("{}-missing", ctx.namespace);
     for (app_name, source_api, source_name) in [
-        ("offline", flux::helm_repositories(&ctx), "offline".to_string()),
+        (
+            "offline",
+            flux::helm_repositories(&ctx),
+            flux::managed_source_name(&ctx, "offline").await?,
+        ),
         ("missing", charts, chart_name),
     ] {
         let apps = ctx.api::<ApplicationInstance>();
@@ -567,5 +571,123 @@ async fn cross_namespace_references_are_refused_unless_the_pair_is_allowed() -> 
     )
     .await?;
     wait_deployed(&ctx, "into-other", "InstallSucceeded", "0.1.0").await?;
+    Ok(())
+}
+
+/// The names of the HelmRepositories of the test namespace, sorted.
+async fn helm_repository_names(ctx: &TestContext) -> anyhow::Result<Vec<String>> {
+    let mut names: Vec<String> = flux::helm_repositories(ctx)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|r| r.name_any())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Waits until the test namespace's HelmRepositories are exactly `want` (sorted).
+async fn wait_helm_repositories(ctx: &TestContext, what: &str, want: &[&str]) -> anyhow::Result<()> {
+    eventually(ctx, what, RELEASE_TIMEOUT, || async {
+        let names = helm_repository_names(ctx).await?;
+        Ok(if names == want {
+            Ok(())
+        } else {
+            Err(format!("{names:?}"))
+        })
+    })
+    .await
+}
+
+/// ADR 0013: apps of a namespace with the same repository spec read from one HelmRepository;
+/// it has no owner, each HelmRelease names it in a label, a release left on a per-app source
+/// (as written before shared sources) moves to it and the old one is deleted, and the shared
+/// source goes when the last release naming it does.
+#[tokio::test]
+async fn apps_of_a_namespace_share_one_chart_source_until_the_last_leaves() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-shared").await?;
+    let _controller = start_controller(&ctx, &[]).await?;
+    for name in ["one", "two"] {
+        apply_app(&ctx, &app(name, "demo-app", "0.1.0", serde_json::json!({}))).await?;
+    }
+    for name in ["one", "two"] {
+        wait_ready(&ctx, name, "True", "InstallSucceeded").await?;
+    }
+    let shared = flux::managed_source_name(&ctx, "one").await?;
+    assert_eq!(flux::managed_source_name(&ctx, "two").await?, shared);
+    assert_eq!(
+        helm_repository_names(&ctx).await?,
+        [shared.clone()],
+        "one source for both"
+    );
+    let source = flux::helm_repositories(&ctx).get(&shared).await?;
+    assert_eq!(source.metadata.owner_references, None, "a shared source has no owner");
+    assert_eq!(
+        source.labels().get("app.kubernetes.io/component").map(String::as_str),
+        Some("chart-source")
+    );
+    for name in ["one", "two"] {
+        let release = flux::helm_releases(&ctx).get(name).await?;
+        assert_eq!(
+            release.labels().get("vworkspace.io/chart-source"),
+            Some(&shared),
+            "{name}"
+        );
+    }
+
+    // A release left on a per-app HelmRepository of its app (what versions before shared
+    // sources wrote) is moved back to the shared one, and the per-app one is deleted.
+    let one = ctx.api::<ApplicationInstance>().get("one").await?;
+    let owner = serde_json::json!([{
+        "apiVersion": "vworkspace.io/v1alpha1", "kind": "ApplicationInstance", "name": "one",
+        "uid": one.uid(), "controller": true, "blockOwnerDeletion": true,
+    }]);
+    e2e::apply_dynamic(
+        &ctx.client,
+        &ctx.namespace,
+        serde_json::json!({
+            "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+            "metadata": {"name": "one", "ownerReferences": owner},
+            "spec": {"url": e2e::CHART_REPO, "interval": "1m"},
+        }),
+    )
+    .await?;
+    flux::helm_releases(&ctx)
+        .patch(
+            "one",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"chart": {"spec": {"sourceRef": {"name": "one"}}}}})),
+        )
+        .await?;
+    wait_helm_repositories(&ctx, "the per-app HelmRepository deleted", &[shared.as_str()]).await?;
+    let release = flux::helm_releases(&ctx).get("one").await?;
+    assert_eq!(
+        release.data.pointer("/spec/chart/spec/sourceRef/name"),
+        Some(&serde_json::json!(shared)),
+        "back on the shared source"
+    );
+
+    // Another repository spec (interval) is another source; the old one stays for "one".
+    let mut two = app("two", "demo-app", "0.1.0", serde_json::json!({}));
+    if let Some(repository) = two.spec.chart.repository.as_mut() {
+        repository.interval = Some("2m".into());
+    }
+    apply_app(&ctx, &two).await?;
+    let other = flux::managed_source_name(&ctx, "two").await?;
+    assert_ne!(other, shared);
+    let mut both = [shared.as_str(), other.as_str()];
+    both.sort();
+    wait_helm_repositories(&ctx, "two sources", &both).await?;
+
+    // The last release naming a source takes it along.
+    ctx.api::<ApplicationInstance>()
+        .delete("one", &DeleteParams::default())
+        .await?;
+    wait_helm_repositories(&ctx, "the first source gone with its last user", &[other.as_str()]).await?;
+    ctx.api::<ApplicationInstance>()
+        .delete("two", &DeleteParams::default())
+        .await?;
+    wait_helm_repositories(&ctx, "no source left", &[]).await?;
     Ok(())
 }

@@ -96,13 +96,15 @@ async fn wait_source_failure(
     .await
 }
 
-/// The chart version helm-controller records for a chart taken from OCIRepository `name`:
+/// The chart version helm-controller records for the app `name`'s chart, taken from its
+/// (shared) OCIRepository:
 /// with a `chartRef` to an OCIRepository, Flux appends the first 12 hex digits of the
 /// artifact's digest as semver build metadata (`0.2.0+8e1052361664`, helm-controller
 /// `mutateChartWithSourceRevision`), so a re-pushed tag counts as a new version. Read from the
 /// OCIRepository's `status.artifact.revision` (`<tag>@sha256:<hex>`).
-async fn oci_chart_version(ctx: &TestContext, name: &str, tag: &str) -> anyhow::Result<String> {
-    let oci = get_json(&sources::oci_repositories(ctx), name)
+async fn oci_chart_version(ctx: &TestContext, app: &str, tag: &str) -> anyhow::Result<String> {
+    let name = flux::managed_source_name(ctx, app).await?;
+    let oci = get_json(&sources::oci_repositories(ctx), &name)
         .await?
         .ok_or_else(|| anyhow::anyhow!("OCIRepository {name} is missing"))?;
     let revision = oci["status"]["artifact"]["revision"].as_str().unwrap_or_default();
@@ -137,9 +139,12 @@ async fn managed_oci_repository_with_docker_config_secret_and_private_ca_install
     let version = oci_chart_version(&ctx, "oci", "0.2.0").await?;
     let ready = wait_deployed(&ctx, "oci", "InstallSucceeded", &version).await?;
     assert_eq!(condition(&ready, "SourceReady"), None, "no source failure left behind");
-    let oci = get_json(&sources::oci_repositories(&ctx), "oci")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("OCIRepository oci is missing"))?;
+    let oci = get_json(
+        &sources::oci_repositories(&ctx),
+        &flux::managed_source_name(&ctx, "oci").await?,
+    )
+    .await?
+    .ok_or_else(|| anyhow::anyhow!("OCIRepository oci is missing"))?;
     assert_eq!(oci["spec"]["secretRef"]["name"], "registry-auth");
     assert_eq!(oci["spec"]["certSecretRef"]["name"], CA_SECRET);
     assert_eq!(
@@ -230,7 +235,7 @@ async fn source_ref_to_oci_repository_installs() -> anyhow::Result<()> {
     .await?;
 
     wait_ready(&ctx, "via-ocirepo", "True", "InstallSucceeded").await?;
-    let version = oci_chart_version(&ctx, "demo-app", "0.1.0").await?;
+    let version = oci_chart_version(&ctx, "via-ocirepo", "0.1.0").await?;
     wait_deployed(&ctx, "via-ocirepo", "InstallSucceeded", &version).await?;
     assert_no_leak(
         &ctx,
@@ -282,9 +287,11 @@ async fn oci_wrong_password_surfaces_the_sources_reason_and_leaks_nothing() -> a
     apply_app(&ctx, &via_helmrepo).await?;
 
     let oci = sources::oci_repositories(&ctx);
-    let (reason, message) = wait_source_failure(&ctx, "oci-wrong", &oci, "oci-wrong").await?;
+    let oci_wrong = flux::managed_source_name(&ctx, "oci-wrong").await?;
+    let (reason, message) = wait_source_failure(&ctx, "oci-wrong", &oci, &oci_wrong).await?;
     assert!(message.starts_with("OCIRepository "), "{message}");
-    let (plain_reason, _) = wait_source_failure(&ctx, "oci-plain", &oci, "oci-plain").await?;
+    let oci_plain = flux::managed_source_name(&ctx, "oci-plain").await?;
+    let (plain_reason, _) = wait_source_failure(&ctx, "oci-plain", &oci, &oci_plain).await?;
     // A type: oci HelmRepository is static in Flux: the failure is on the HelmChart that
     // helm-controller generates (named in the HelmRelease's status.helmChart as ns/name).
     let chart_name = eventually(
@@ -341,9 +348,12 @@ async fn https_repository_with_basic_auth_and_private_ca_installs() -> anyhow::R
     .await?;
 
     wait_deployed(&ctx, "https", "InstallSucceeded", "0.2.0").await?;
-    let repo = get_json(&flux::helm_repositories(&ctx), "https")
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("HelmRepository https is missing"))?;
+    let repo = get_json(
+        &flux::helm_repositories(&ctx),
+        &flux::managed_source_name(&ctx, "https").await?,
+    )
+    .await?
+    .ok_or_else(|| anyhow::anyhow!("HelmRepository https is missing"))?;
     assert_eq!(repo["spec"]["url"], HTTPS_CHART_REPO);
     assert_eq!(repo["spec"]["secretRef"]["name"], "repo-login");
     assert_eq!(repo["spec"]["certSecretRef"]["name"], CA_SECRET);
@@ -370,8 +380,9 @@ async fn https_repository_wrong_password_surfaces_the_sources_reason_and_leaks_n
     )
     .await?;
 
+    let https_wrong = flux::managed_source_name(&ctx, "https-wrong").await?;
     let (reason, message) =
-        wait_source_failure(&ctx, "https-wrong", &flux::helm_repositories(&ctx), "https-wrong").await?;
+        wait_source_failure(&ctx, "https-wrong", &flux::helm_repositories(&ctx), &https_wrong).await?;
     assert!(message.starts_with("HelmRepository "), "{message}");
     assert!(message.contains("401"), "the repository's answer is relayed: {message}");
     eprintln!("HelmRepository wrong password: {reason}: {message}");

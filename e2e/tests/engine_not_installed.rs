@@ -293,15 +293,29 @@ async fn scenario(ctx: &TestContext, peer: &Peer, controller: &ControllerProcess
         let release = peer
             .json(&["get", "helmreleases.helm.toolkit.fluxcd.io", "-n", ns, name])
             .await?;
+        anyhow::ensure!(
+            release["metadata"]["ownerReferences"][0]["name"] == name,
+            "{name}: created for the ApplicationInstance: {release}"
+        );
+        // The chart source is shared by the apps of the namespace: the release names it.
+        let source_name = release["spec"]["chart"]["spec"]["sourceRef"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let source = peer
-            .json(&["get", "helmrepositories.source.toolkit.fluxcd.io", "-n", ns, name])
+            .json(&[
+                "get",
+                "helmrepositories.source.toolkit.fluxcd.io",
+                "-n",
+                ns,
+                &source_name,
+            ])
             .await?;
-        for object in [&release, &source] {
-            anyhow::ensure!(
-                object["metadata"]["ownerReferences"][0]["name"] == name,
-                "{name}: created for the ApplicationInstance: {object}"
-            );
-        }
+        anyhow::ensure!(
+            source["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "vworkspace-operator"
+                && release["metadata"]["labels"]["vworkspace.io/chart-source"] == source_name.as_str(),
+            "{name}: created for the ApplicationInstance: {source}"
+        );
     }
     controller.check_running("recovery")?;
     anyhow::ensure!(controller.pid() == pid, "recovered without a restart");

@@ -93,14 +93,19 @@ pub async fn run(
 
     let ctx = Arc::new(make_context(reader.clone()));
     let cm_reader = reader.clone();
+    let apps_reader = reader.clone();
     let mut controller = Controller::for_stream(app_stream, reader);
     for (events, resource, link) in engine_watches {
+        let store = apps_reader.clone();
+        let watched = resource.clone();
         controller = controller.watches_stream_with(
             events,
-            move |object: PartialObjectMeta<DynamicObject>| {
-                helmengine::watch::owners(link, &object.metadata)
+            move |object: PartialObjectMeta<DynamicObject>| match link {
+                OwnerLink::ReadBy(reads_from) => reading(&store, &watched, &object, reads_from),
+                _ => helmengine::watch::owners(link, &object.metadata)
                     .into_iter()
                     .map(|key| ObjectRef::new(&key.name).within(&key.namespace))
+                    .collect(),
             },
             resource,
         );
@@ -200,6 +205,29 @@ fn referencing<K: Resource>(
                 .as_ref()
                 .is_ok_and(|app| references::references_object(app, kind, &name))
         })
+        .map(|guard| ObjectRef::from_obj(&*guard))
+        .collect()
+}
+
+/// ApplicationInstances whose spec reads from `object` (a shared chart source), by asking
+/// `reads_from` of each one held. Events of such objects are rare (their status changes at
+/// their fetch interval), so a scan of the cache is cheaper than an index kept up to date.
+fn reading(
+    store: &Store<DeserializeGuard<ApplicationInstance>>,
+    resource: &ApiResource,
+    object: &PartialObjectMeta<DynamicObject>,
+    reads_from: helmengine::ReadsFrom,
+) -> Vec<ObjectRef<DeserializeGuard<ApplicationInstance>>> {
+    let reference = api::ObjectReference {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+        name: object.name_any(),
+        namespace: object.namespace(),
+    };
+    store
+        .state()
+        .into_iter()
+        .filter(|guard| guard.0.as_ref().is_ok_and(|app| reads_from(app, &reference)))
         .map(|guard| ObjectRef::from_obj(&*guard))
         .collect()
 }

@@ -272,7 +272,11 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
             return Err(e.into());
         }
     };
-    let observation = engine.observe(&app).await?;
+    // An engine that already holds its objects after applying them says what it sees.
+    let observation = match &materialized.observation {
+        Some(observation) => Some(observation.clone()),
+        None => engine.observe(&app).await?,
+    };
     let assessment = Assessment::Materialized {
         engine: kind,
         materialized: &materialized,
@@ -320,6 +324,7 @@ async fn hold_for_maintenance_window(
     let materialized = Materialized {
         engine_ref,
         source_ref: None,
+        observation: None,
     };
     let assessment = Assessment::Materialized {
         engine: kind,

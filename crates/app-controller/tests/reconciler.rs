@@ -40,6 +40,15 @@ const HR_PATH: &str = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/team-a/helmrel
 const HELMREPO_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmrepositories/wiki";
 const OCIREPO_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/ocirepositories/wiki";
 const HELMCHART_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmcharts/team-a-wiki";
+const HR_LIST_PATH: &str = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/team-a/helmreleases";
+
+/// Name and path of the HelmRepository the apps of `team-a` reading from `url` share.
+fn shared_repository(url: &str) -> anyhow::Result<(String, String)> {
+    let source = helmengine::flux::build::source(&app(url))?.context("a managed source")?;
+    let name = source.metadata.name.context("named")?;
+    let path = format!("/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmrepositories/{name}");
+    Ok((name, path))
+}
 const OTHER_FINALIZER: &str = "example.com/keep";
 
 /// An ApplicationInstance `team-a/wiki` at generation 1 whose chart comes from `url`, with our finalizer.
@@ -206,17 +215,18 @@ async fn first_reconcile_writes_everything_once_and_the_next_one_only_reads() ->
         "metadata": {"name": "team-a-wiki", "namespace": NS, "generation": 1},
         "status": ready_status("ChartPullSucceeded", "pulled 'wiki' chart with version '6.2.1'"),
     });
-    // What helm-controller and source-controller report after the applies (observe reads the
-    // source reference and the status only).
+    let (repository_name, repository_path) = shared_repository("https://charts.example.com")?;
+    // What the applies return once helm-controller and source-controller have reported (the
+    // observation reads the source reference and the status only, from these answers).
     let release = json!({
         "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
         "metadata": {"name": "wiki", "namespace": NS, "generation": 1},
-        "spec": {"chart": {"spec": {"chart": "wiki", "sourceRef": {"kind": "HelmRepository", "name": "wiki"}}}},
+        "spec": {"chart": {"spec": {"chart": "wiki", "sourceRef": {"kind": "HelmRepository", "name": repository_name}}}},
         "status": release_status.clone(),
     });
     let repository = json!({
         "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
-        "metadata": {"name": "wiki", "namespace": NS, "generation": 1},
+        "metadata": {"name": repository_name, "namespace": NS, "generation": 1},
         "status": repository_status.clone(),
     });
 
@@ -225,12 +235,10 @@ async fn first_reconcile_writes_everything_once_and_the_next_one_only_reads() ->
         Step::echo(Method::PATCH, SA_PATH),
         Step::echo(Method::PATCH, RB_PATH),
         Step::not_found(HR_PATH),
-        Step::not_found(HELMREPO_PATH),
-        Step::echo(Method::PATCH, HELMREPO_PATH),
-        Step::echo(Method::PATCH, HR_PATH),
-        Step::not_found(OCIREPO_PATH),
-        Step::get(HR_PATH, release),
-        Step::get(HELMREPO_PATH, repository),
+        Step::not_found(&repository_path),
+        Step::ok(Method::PATCH, &repository_path, repository),
+        Step::ok(Method::PATCH, HR_PATH, release),
+        // Nothing re-read: only the HelmChart the release names is new.
         Step::get(HELMCHART_PATH, chart.clone()),
         Step::ok(Method::PATCH, APP_STATUS_PATH, serde_json::to_value(&app)?),
         Step::echo(Method::POST, EVENTS_PATH),
@@ -247,7 +255,7 @@ async fn first_reconcile_writes_everything_once_and_the_next_one_only_reads() ->
         let apply = find(&seen, Method::PATCH, path)?;
         ensure!(apply.query("fieldManager") == Some(FIELD_MANAGER), "{path}");
     }
-    for path in [HELMREPO_PATH, HR_PATH] {
+    for path in [repository_path.as_str(), HR_PATH] {
         let apply = find(&seen, Method::PATCH, path)?;
         ensure!(apply.query("fieldManager") == Some(FIELD_MANAGER), "{path}");
         ensure!(apply.query("force") == Some("true"), "{path}");
@@ -287,20 +295,18 @@ async fn first_reconcile_writes_everything_once_and_the_next_one_only_reads() ->
     );
 
     // At rest: the same world, the status as written. The Flux check (cached) and the tenancy
-    // (remembered) make no request; the engine objects are read, found up to date, not applied.
+    // (remembered) make no request; the engine objects are read once each, found up to date,
+    // not applied, and the observation is made of those reads: three GETs in all.
     let hr_live = live(find(&seen, Method::PATCH, HR_PATH)?.body()?, "hr-uid", release_status);
     let repo_live = live(
-        find(&seen, Method::PATCH, HELMREPO_PATH)?.body()?,
+        find(&seen, Method::PATCH, &repository_path)?.body()?,
         "repo-uid",
         repository_status,
     );
     let app = with_status_from(app, status_apply)?;
     let script = vec![
-        Step::get(HR_PATH, hr_live.clone()),
-        Step::get(HELMREPO_PATH, repo_live.clone()),
-        Step::not_found(OCIREPO_PATH),
         Step::get(HR_PATH, hr_live),
-        Step::get(HELMREPO_PATH, repo_live),
+        Step::get(&repository_path, repo_live),
         Step::get(HELMCHART_PATH, chart),
     ];
     let (result, seen) = reconcile(&mut server, &ctx, &app, script).await?;
@@ -502,22 +508,28 @@ async fn a_refused_namespace_is_reported_and_never_materialised() -> anyhow::Res
 async fn a_refused_repository_does_not_hold_up_deletion() -> anyhow::Result<()> {
     let (ctx, mut server) = context(None)?;
     let app = deleting(app("https://127.0.0.1/charts"), &[OTHER_FINALIZER, FINALIZER])?;
+    let (_, repository_path) = shared_repository("https://127.0.0.1/charts")?;
+    let no_releases =
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {}, "items": []});
     let script = vec![
         Step::not_found(HR_PATH),
         Step::not_found(HELMREPO_PATH),
         Step::not_found(OCIREPO_PATH),
+        // The shared source, if no other release names it.
+        Step::get(HR_LIST_PATH, no_releases),
+        Step::not_found(&repository_path),
         Step::ok(Method::PATCH, APP_PATH, serde_json::to_value(&app)?),
     ];
     let (result, seen) = reconcile(&mut server, &ctx, &app, script).await?;
     ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
     ensure!(
-        seen[3].body()?
+        seen[5].body()?
             == &json!([
                 {"op": "test", "path": "/metadata/finalizers/1", "value": FINALIZER},
                 {"op": "remove", "path": "/metadata/finalizers/1"},
             ]),
         "{:?}",
-        seen[3].body
+        seen[5].body
     );
     Ok(())
 }

@@ -35,6 +35,7 @@ pub mod controller;
 pub mod leader;
 pub mod metrics;
 pub mod namespaces;
+pub mod requests;
 pub mod retry;
 pub mod runtime;
 pub mod shutdown;

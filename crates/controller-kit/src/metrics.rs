@@ -8,12 +8,17 @@
 //! | `reconcile_failures_total` | counter | `controller`, `reason` |
 //! | `reconcile_duration_seconds` | histogram, 1 ms to 60 s | `controller` |
 //! | `api_writes_total` | counter | `controller`, `verb`, `kind` |
+//! | `api_requests_total` | counter | `verb`, `resource` |
 //! | `leader` | gauge (0/1) | |
 //!
 //! `api_writes_total` counts the writes a controller reports through [`Metrics::api_write`]
 //! (status patches, events); writes made inside libraries such as helmengine are not
 //! seen here, so `bench-app` also reads the API server's own request counters. Lease renewals are
 //! counted too, under `controller="leader-election"`, so they can be told apart.
+//!
+//! `api_requests_total` counts every request the process's client sends (reads, watches
+//! and writes, including those made inside libraries), classified from the request line
+//! by [`crate::requests`]; `resource` values are bounded by the resources the code touches.
 //!
 //! Labels are `&'static str` on purpose: label values come from constants (controller
 //! names, kinds, error `metric_label()`s), which bounds cardinality at compile time.
@@ -100,8 +105,15 @@ struct WriteLabels {
     kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    verb: &'static str,
+    resource: String,
+}
+
 struct Inner {
     registry: Mutex<Registry>,
+    requests: Family<RequestLabels, Counter>,
     runs: Family<ControllerLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
     duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -173,6 +185,12 @@ impl Metrics {
         );
         let writes = Family::<WriteLabels, Counter>::default();
         registry.register("api_writes", "Writes sent to the Kubernetes API server", writes.clone());
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests sent to the Kubernetes API server, by verb and resource",
+            requests.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -183,6 +201,7 @@ impl Metrics {
         Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
+                requests,
                 runs,
                 failures,
                 duration,
@@ -221,6 +240,15 @@ impl Metrics {
             .writes
             .get_or_create(&WriteLabels { controller, verb, kind })
             .inc();
+    }
+
+    /// Counts one request sent to the API server (see [`crate::requests`]).
+    pub fn api_request<B>(&self, request: &http::Request<B>) {
+        let labels = RequestLabels {
+            verb: crate::requests::verb(request),
+            resource: crate::requests::resource(request.uri().path()),
+        };
+        self.inner.requests.get_or_create(&labels).inc();
     }
 
     /// Creates the `api_writes_total` series for this combination at zero, so a

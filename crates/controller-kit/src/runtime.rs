@@ -155,7 +155,7 @@ impl Builder {
         .await?;
         tracing::info!(%admin_addr, name = %self.name, "admin server listening");
 
-        let client = Client::try_default().await.map_err(RuntimeError::Client)?;
+        let client = counting_client(&metrics).await.map_err(RuntimeError::Client)?;
         let mut election = LeaderElection::start(client.clone(), &self.common, &self.lease_name, &metrics, &shutdown)?;
         let runtime = Runtime {
             client,
@@ -167,6 +167,20 @@ impl Builder {
         };
         supervise(controllers(runtime), &mut election, &shutdown, admin).await
     }
+}
+
+/// The default client (in-cluster configuration or kubeconfig) with every request counted in
+/// `api_requests_total`.
+pub async fn counting_client(metrics: &Metrics) -> Result<Client, kube::Error> {
+    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    let metrics = metrics.clone();
+    let count = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+        metrics.api_request(&request);
+        request
+    });
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&count)
+        .build())
 }
 
 /// Runs `controllers` against the election, then shuts down in order (see the module

@@ -19,26 +19,30 @@ pub const ANNOTATION_DESIRED_HASH: &str = "vworkspace.io/desired-hash";
 /// Server-side applies `object` as `field_manager` (forced), unless the live object already
 /// carries exactly this desired state: no write at rest. The desired state's hash is
 /// recorded in [`ANNOTATION_DESIRED_HASH`].
+///
+/// Returns the object the API server returned for the apply, or `None` when `live` was
+/// already up to date (then `live` is the current object): either way the caller has the
+/// current object without reading it again.
 pub(crate) async fn apply_unless_up_to_date(
     api: &Api<DynamicObject>,
     field_manager: &str,
     object: &DynamicObject,
     live: Option<&DynamicObject>,
-) -> Result<(), kube::Error> {
+) -> Result<Option<DynamicObject>, kube::Error> {
     let mut object = object.clone();
     let hash = desired_hash(&object);
     let name = object.name_any();
     let kind = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
     if live.is_some_and(|live| is_up_to_date(live, &object, &hash)) {
         debug!(kind, namespace = ?object.metadata.namespace, name, "up to date, not applying");
-        return Ok(());
+        return Ok(None);
     }
     object
         .annotations_mut()
         .insert(ANNOTATION_DESIRED_HASH.to_owned(), hash);
     debug!(kind, namespace = ?object.metadata.namespace, name, "applying");
     let params = PatchParams::apply(field_manager).force();
-    api.patch(&name, &params, &Patch::Apply(&object)).await.map(|_| ())
+    api.patch(&name, &params, &Patch::Apply(&object)).await.map(Some)
 }
 
 /// Remembers a successful check (e.g. "the engine's CRDs are served") for a while, so it is

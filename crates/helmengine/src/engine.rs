@@ -73,13 +73,17 @@ pub struct MaterializeInput {
 }
 
 /// What [`Engine::materialize`] wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Materialized {
     /// The object the engine reconciles (for Flux, the HelmRelease), for `status.engineRef`.
     pub engine_ref: ObjectReference,
     /// The chart source the release reads from: the one materialize manages
     /// (HelmRepository / OCIRepository) or the one `chart.sourceRef` names.
     pub source_ref: Option<ObjectReference>,
+    /// The engine's view, when materialize already holds every object it is made of (the
+    /// objects its applies returned and the reads its ownership checks made): the caller
+    /// need not call [`Engine::observe`] and read them again. `None`: call it.
+    pub observation: Option<Observation>,
 }
 
 /// Progress of [`Engine::delete`].

@@ -70,6 +70,32 @@ pub fn labels(app_name: &str, component: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// The labels of an object shared by several apps (no instance label), with the given component.
+pub fn shared_labels(component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+        (LABEL_PART_OF.to_owned(), PART_OF.to_owned()),
+        (LABEL_COMPONENT.to_owned(), component.to_owned()),
+    ])
+}
+
+/// Whether `meta` is a shared object of ours with the given component (see
+/// [`shared_labels`]): our labels, no instance label, no controller. Anything else with its
+/// name is someone else's and is never written.
+pub fn is_shared_by_us(meta: &ObjectMeta, component: &str) -> bool {
+    let labels = meta.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    let controlled = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.controller == Some(true));
+    label(LABEL_MANAGED_BY) == Some(MANAGED_BY)
+        && label(LABEL_COMPONENT) == Some(component)
+        && label(LABEL_INSTANCE).is_none()
+        && !controlled
+}
+
 /// Controller owner reference to `app`, with `blockOwnerDeletion` so a
 /// foreground deletion of the app waits for its engine objects.
 ///

@@ -39,13 +39,21 @@ pub enum WatchPlace {
 }
 
 /// How an engine object names the ApplicationInstance it belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum OwnerLink {
     /// A controller owner reference (same namespace).
     ControllerOwnerReference,
     /// The labels [`LABEL_INSTANCE_NAMESPACE`] and [`LABEL_INSTANCE`] (any namespace).
     InstanceLabels,
+    /// None: the object serves many applications (a shared chart source). The ones it
+    /// belongs to are those for which the function says their spec reads from it; the
+    /// controller asks it of every ApplicationInstance it holds ([`owners`] finds none).
+    ReadBy(ReadsFrom),
 }
+
+/// Whether an ApplicationInstance's spec reads from the object (see [`OwnerLink::ReadBy`]).
+/// Pure and cheap: it runs for every ApplicationInstance on each event of the object.
+pub type ReadsFrom = fn(&ApplicationInstance, &api::ObjectReference) -> bool;
 
 /// Namespace and name of an ApplicationInstance.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -76,6 +84,7 @@ pub fn owners(link: OwnerLink, meta: &ObjectMeta) -> Vec<InstanceKey> {
                 })
                 .collect()
         }
+        OwnerLink::ReadBy(_) => Vec::new(),
         OwnerLink::InstanceLabels => {
             let labels = meta.labels.as_ref();
             let label = |key: &str| labels.and_then(|l| l.get(key)).filter(|v| !v.is_empty());

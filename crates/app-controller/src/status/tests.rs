@@ -25,6 +25,7 @@ fn materialized() -> Materialized {
             namespace: Some("team-a".into()),
         },
         source_ref: None,
+        observation: None,
     }
 }
 

@@ -5,7 +5,8 @@
 //! - `check_installed`: 1 discovery GET and a GET of `argocd-cm` (a success is trusted for
 //!   a minute).
 //! - `materialize`: a GET of the AppProject and of the Application (ownership, and whether
-//!   Argo CD has compared the Application yet), an apply of each unless unchanged.
+//!   Argo CD has compared the Application yet), an apply of each unless unchanged. It returns
+//!   the observation made from the Application it holds, so the reconciler does not `observe`.
 //! - `observe`: a GET of the Application.
 //! - `delete`: a GET (and a DELETE) of the Application, then of the AppProject.
 //!
@@ -161,10 +162,14 @@ impl ArgoCdEngine {
         self.ensure_writable(APP_PROJECT, app, &name, live_project.as_ref())?;
         self.apply(APP_PROJECT, &project, live_project.as_ref()).await?;
         self.ensure_writable(APPLICATION, app, &name, live_application.as_ref())?;
-        self.apply(APPLICATION, &application, live_application.as_ref()).await?;
+        let applied = self.apply(APPLICATION, &application, live_application.as_ref()).await?;
+        // What the apply returned (or the live object it found current) is what `observe`
+        // would read again.
+        let observation = applied.or(live_application).map(|a| observe::observe(&a));
         Ok(Materialized {
             engine_ref: self.reference(APPLICATION, &name),
             source_ref: None,
+            observation,
         })
     }
 
@@ -246,9 +251,9 @@ impl ArgoCdEngine {
         kind: ArgoKind,
         object: &DynamicObject,
         live: Option<&DynamicObject>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Option<DynamicObject>, EngineError> {
         match apply_unless_up_to_date(&self.api(kind), &self.field_manager, object, live).await {
-            Ok(_) => Ok(()),
+            Ok(applied) => Ok(applied),
             Err(kube::Error::Api(status)) if is_not_found(&status) => Err(EngineError::NotInstalled(format!(
                 "the cluster does not serve {}, or namespace {} does not exist",
                 kind.resource_name(),

@@ -9,8 +9,9 @@
 //! | ApplicationInstance | Flux |
 //! |---|---|
 //! | (the object) | HelmRelease `helm.toolkit.fluxcd.io/v2`, same name and namespace |
-//! | `chart.repository.url` `http(s)://` | HelmRepository `source.toolkit.fluxcd.io/v1` named like the app; HR `spec.chart.spec` `{chart, version, sourceRef, interval}` |
-//! | `chart.repository.url` `oci://host/path` | OCIRepository `v1` named like the app, `ref.semver`, Helm `layerSelector`; HR `spec.chartRef` |
+//! | `chart.repository.url` `http(s)://` | a HelmRepository `source.toolkit.fluxcd.io/v1` shared by every app of the namespace with the same repository spec ([`shared_source_name`]); HR `spec.chart.spec` `{chart, version, sourceRef, interval}` |
+//! | `chart.repository.url` `oci://host/path` | an OCIRepository `v1` shared the same way, `ref.semver`, Helm `layerSelector`; HR `spec.chartRef` |
+//! | (the managed source's name) | HR label [`LABEL_CHART_SOURCE`] |
 //! | `chart.sourceRef` HelmRepository/GitRepository/Bucket | HR `spec.chart.spec.sourceRef` |
 //! | `chart.sourceRef` OCIRepository/HelmChart | HR `spec.chartRef` |
 //! | `values`, `valuesFrom`, `releaseName`, `targetNamespace`, `timeout`, `suspend`, `serviceAccountName`, `driftDetection.mode` | same-named HR fields |
@@ -26,6 +27,13 @@
 //!
 //! # Decisions
 //!
+//! - **Managed chart sources are shared** (ADR 0013). One HelmRepository per namespace and
+//!   repository spec (URL, credentials, interval, …) serves every app using it, so
+//!   source-controller fetches an index once per repository, not once per app. The
+//!   source carries no owner reference (it has many users); its name is derived from its
+//!   spec, so equal specs meet on one object and a changed spec is a new object. Each
+//!   HelmRelease names its source in [`LABEL_CHART_SOURCE`], which is how the last user
+//!   is found when an app leaves (see `FluxEngine`).
 //! - **OCI versions use `ref.semver` always.** Masterminds semver accepts an
 //!   exact version as a constraint, so one field covers `6.2.1`, `~6.2` and
 //!   `*`. Without a version we write `*`: OCIRepository's own default is the
@@ -57,6 +65,7 @@ use api::{
     ApplicationInstance, ChartRepository, ChartSpec, DriftDetectionMode, ObjectReference, ReleaseActionSpec,
     ReleaseTest, RemediationStrategy, SourceKind, SourceReference, ValuesReference, ValuesSourceKind,
 };
+use kube::ResourceExt as _;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
@@ -75,6 +84,13 @@ pub const DEFAULT_HELM_REPOSITORY_INTERVAL: &str = "1h";
 pub const DEFAULT_OCI_REPOSITORY_INTERVAL: &str = "5m";
 /// Chart version (semver constraint) when the app sets none: the latest release.
 pub const DEFAULT_CHART_VERSION: &str = "*";
+/// HelmRelease label naming the shared chart source it reads from (same namespace).
+pub const LABEL_CHART_SOURCE: &str = "vworkspace.io/chart-source";
+/// Prefix of the names of shared chart sources.
+pub const SHARED_SOURCE_PREFIX: &str = "vws-";
+/// At most this many characters of the repository host and path appear in a shared
+/// source's name (which, prefix and digest included, stays a valid label value).
+const SOURCE_NAME_HINT_LEN: usize = 40;
 
 /// Where the chart comes from, validated.
 #[derive(Debug, Clone, Copy)]
@@ -107,29 +123,83 @@ pub fn helm_release(app: &ApplicationInstance, input: &MaterializeInput) -> Resu
         }
     }
     let mut hr = new_object(app, id, HELM_RELEASE, COMPONENT_HELM_RELEASE)?.data(json!({ "spec": spec }));
+    if let Some(managed) = managed_source(&app.spec.chart, source) {
+        hr.labels_mut().insert(LABEL_CHART_SOURCE.to_owned(), managed.name);
+    }
     if let Some(token) = &input.values_revision {
         hr.metadata.annotations = Some([(ANNOTATION_REQUESTED_AT.to_owned(), token.clone())].into());
     }
     Ok(hr)
 }
 
-/// The chart source object we manage for `app`: a HelmRepository for an
-/// `http(s)://` repository, an OCIRepository for `oci://`, and `None` when the
-/// app names an existing source with `chart.sourceRef`.
+/// The chart source object we manage for `app`, shared with every app of its namespace
+/// that has the same repository spec: a HelmRepository for an `http(s)://` repository, an
+/// OCIRepository for `oci://` (whose spec includes the version), and `None` when the app
+/// names an existing source with `chart.sourceRef`.
+///
+/// It carries our labels but no instance label and no owner reference: it belongs to no
+/// single app.
 pub fn source(app: &ApplicationInstance) -> Result<Option<DynamicObject>, EngineError> {
     let id = AppId::of(app)?;
-    let object = match chart_source(&app.spec.chart)? {
-        ChartSource::Http(repository) => {
-            let spec = helm_repository_spec(repository);
-            new_object(app, id, HELM_REPOSITORY, COMPONENT_CHART_SOURCE)?.data(json!({ "spec": spec }))
-        }
-        ChartSource::Oci { repository, url } => {
-            let spec = oci_repository_spec(repository, url, app.spec.chart.version.as_deref());
-            new_object(app, id, OCI_REPOSITORY, COMPONENT_CHART_SOURCE)?.data(json!({ "spec": spec }))
-        }
-        ChartSource::Ref(_) => return Ok(None),
+    let Some(managed) = managed_source(&app.spec.chart, chart_source(&app.spec.chart)?) else {
+        return Ok(None);
     };
-    Ok(Some(object))
+    let mut object = DynamicObject::new(&managed.name, &managed.kind.api_resource()).within(id.namespace);
+    object.metadata.labels = Some(meta::shared_labels(COMPONENT_CHART_SOURCE));
+    Ok(Some(object.data(json!({ "spec": managed.spec }))))
+}
+
+/// A chart source we manage: kind, name and spec.
+struct ManagedSource {
+    kind: FluxKind,
+    name: String,
+    spec: Value,
+}
+
+/// The managed source behind `source`, if we manage one.
+fn managed_source(chart: &ChartSpec, source: ChartSource<'_>) -> Option<ManagedSource> {
+    let (kind, url, spec) = match source {
+        ChartSource::Http(repository) => (
+            HELM_REPOSITORY,
+            repository.url.as_str(),
+            helm_repository_spec(repository),
+        ),
+        ChartSource::Oci { repository, url } => (
+            OCI_REPOSITORY,
+            url,
+            oci_repository_spec(repository, url, chart.version.as_deref()),
+        ),
+        ChartSource::Ref(_) => return None,
+    };
+    let name = shared_source_name(kind, url, &spec);
+    Some(ManagedSource { kind, name, spec })
+}
+
+/// The name of the shared source of `kind` with `spec`: [`SHARED_SOURCE_PREFIX`], a
+/// readable hint of the URL's host and path, and a digest of kind and spec. Equal specs get
+/// equal names (so apps meet on one object); any difference (credentials, interval, CA, an
+/// OCI version) gets its own object. At most 61 characters, a valid name and label value.
+pub fn shared_source_name(kind: FluxKind, url: &str, spec: &Value) -> String {
+    let digest = meta::fnv1a_hex(serde_json::to_vec(&json!({ "kind": kind.kind, "spec": spec })).unwrap_or_default());
+    let location = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let mut hint = String::with_capacity(SOURCE_NAME_HINT_LEN);
+    for c in location.chars() {
+        if hint.len() >= SOURCE_NAME_HINT_LEN {
+            break;
+        }
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_alphanumeric() {
+            hint.push(c);
+        } else if !hint.is_empty() && !hint.ends_with('-') {
+            hint.push('-');
+        }
+    }
+    let hint = hint.trim_end_matches('-');
+    if hint.is_empty() {
+        format!("{SHARED_SOURCE_PREFIX}{digest}")
+    } else {
+        format!("{SHARED_SOURCE_PREFIX}{hint}-{digest}")
+    }
 }
 
 /// The HelmRelease of `app` (same name and namespace).
@@ -142,26 +212,52 @@ pub fn engine_reference(app: &ApplicationInstance) -> Result<ObjectReference, En
 /// manage, or the one `chart.sourceRef` names.
 pub fn source_reference(app: &ApplicationInstance) -> Result<ObjectReference, EngineError> {
     let id = AppId::of(app)?;
-    Ok(match chart_source(&app.spec.chart)? {
-        ChartSource::Http(_) => HELM_REPOSITORY.object_ref(id.name, id.namespace),
-        ChartSource::Oci { .. } => OCI_REPOSITORY.object_ref(id.name, id.namespace),
-        ChartSource::Ref(r) => flux_kind(r.kind).object_ref(&r.name, r.namespace.as_deref().unwrap_or(id.namespace)),
+    let source = chart_source(&app.spec.chart)?;
+    Ok(match (managed_source(&app.spec.chart, source), source) {
+        (Some(managed), _) => managed.kind.object_ref(&managed.name, id.namespace),
+        (None, ChartSource::Ref(r)) => {
+            flux_kind(r.kind).object_ref(&r.name, r.namespace.as_deref().unwrap_or(id.namespace))
+        }
+        // A managed source always exists for the other variants.
+        (None, _) => HELM_REPOSITORY.object_ref(id.name, id.namespace),
     })
 }
 
-/// Managed source kinds that `app` no longer uses (after a switch between
-/// `http(s)://`, `oci://` and `sourceRef`): an object of that kind named like
-/// the app, if it is ours, should be deleted.
-///
-/// A `sourceRef` that names exactly such an object keeps it: the user has
-/// chosen to point at it.
-pub fn stale_source_kinds(app: &ApplicationInstance) -> Result<Vec<FluxKind>, EngineError> {
+/// What to do with the source a live HelmRelease of `app` read from (`previous`, from
+/// [`super::observe::source_refs`]) once the release points at `in_use`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreviousSource {
+    /// Nothing: it is still the source in use, or not one we manage.
+    Keep,
+    /// A source named like the app, as releases before shared sources had: delete it if it
+    /// is ours (controlled by this app).
+    DeleteIfOurs(ObjectReference),
+    /// A shared source: delete it if no other HelmRelease of the namespace names it.
+    ReleaseShared(ObjectReference),
+}
+
+/// Decides [`PreviousSource`] from the live release's source and the one now in use. A
+/// `sourceRef` that names exactly such an object keeps it: the user chose to point at it.
+pub fn previous_source(
+    app: &ApplicationInstance,
+    previous: Option<&ObjectReference>,
+    in_use: &ObjectReference,
+) -> Result<PreviousSource, EngineError> {
     let id = AppId::of(app)?;
-    let in_use = source_reference(app)?;
-    Ok(MANAGED_SOURCE_KINDS
-        .into_iter()
-        .filter(|kind| kind.object_ref(id.name, id.namespace) != in_use)
-        .collect())
+    let Some(previous) = previous.filter(|p| *p != in_use) else {
+        return Ok(PreviousSource::Keep);
+    };
+    let managed_kind = MANAGED_SOURCE_KINDS.iter().any(|k| k.kind == previous.kind);
+    let same_namespace = previous.namespace.as_deref() == Some(id.namespace);
+    Ok(if !managed_kind || !same_namespace {
+        PreviousSource::Keep
+    } else if previous.name == id.name {
+        PreviousSource::DeleteIfOurs(previous.clone())
+    } else if previous.name.starts_with(SHARED_SOURCE_PREFIX) {
+        PreviousSource::ReleaseShared(previous.clone())
+    } else {
+        PreviousSource::Keep
+    })
 }
 
 /// A new object of `kind` named like the app, with our labels and owner reference.
@@ -319,15 +415,19 @@ fn chart_reference(chart: &ChartSpec, id: AppId<'_>, source: ChartSource<'_>) ->
                 .interval
                 .as_deref()
                 .unwrap_or(DEFAULT_HELM_REPOSITORY_INTERVAL);
-            let source_ref = json!({ "kind": HELM_REPOSITORY.kind, "name": id.name, "namespace": id.namespace });
+            let name = managed_source(chart, source).map(|m| m.name).unwrap_or_default();
+            let source_ref = json!({ "kind": HELM_REPOSITORY.kind, "name": name, "namespace": id.namespace });
             let spec =
                 json!({ "chart": chart.name, "version": version, "sourceRef": source_ref, "interval": interval });
             ("chart", json!({ "spec": spec }))
         }
-        ChartSource::Oci { .. } => (
-            "chartRef",
-            json!({ "kind": OCI_REPOSITORY.kind, "name": id.name, "namespace": id.namespace }),
-        ),
+        ChartSource::Oci { .. } => {
+            let name = managed_source(chart, source).map(|m| m.name).unwrap_or_default();
+            (
+                "chartRef",
+                json!({ "kind": OCI_REPOSITORY.kind, "name": name, "namespace": id.namespace }),
+            )
+        }
         ChartSource::Ref(r) => {
             let reference = json!({
                 "kind": flux_kind(r.kind).kind,

@@ -2,25 +2,29 @@
 //! objects [`build`] describes.
 //!
 //! Requests per call, so the cost is predictable:
-//! - `check_installed`: 2 discovery GETs.
-//! - `materialize`: a GET of the HelmRelease and of the managed source (the
-//!   ownership check), an apply of each, and a GET per managed source kind no
-//!   longer in use (pruning; a DELETE only when one of ours is found).
+//! - `check_installed`: 2 discovery GETs, at most once a minute.
+//! - `materialize`: a GET of the HelmRelease and of its source (the ownership check,
+//!   and what the observation is made of), an apply of each only when it changed, and a
+//!   GET of the HelmChart once helm-controller names one. It returns the observation, so
+//!   the reconciler does not `observe` again: at rest that is 3 GETs and no write. Only
+//!   when the release leaves a source: a GET (and a DELETE) of a source named like the
+//!   app (releases from before shared sources), or a one-item LIST of the HelmReleases
+//!   still naming a shared source (and a GET and DELETE when none does).
 //! - `observe`: a GET of the HelmRelease, its source and its HelmChart.
-//! - `delete`: a GET (and a DELETE) per object.
+//! - `delete`: a GET (and a DELETE) per object, and the shared source's LIST as above.
 //!
 //! Objects are never logged: a HelmRelease carries inline values, which may be
 //! sensitive. Logs name objects by kind, namespace and name only.
 
 use api::{ApplicationInstance, EngineKind};
 use futures::future::BoxFuture;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use tracing::info;
 
 use super::{FluxKind, HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, build, observe};
 use crate::apply::{RecentSuccess, apply_unless_up_to_date, delete_tolerant, is_not_found, names_namespace};
-use crate::meta::{AppId, Ownership, is_terminating, ownership};
+use crate::meta::{AppId, COMPONENT_CHART_SOURCE, Ownership, is_shared_by_us, is_terminating, ownership};
 use crate::{DeleteProgress, Engine, EngineError, MaterializeInput, Materialized, Observation};
 
 /// The field manager of the ApplicationInstance controller's writes.
@@ -106,25 +110,46 @@ impl FluxEngine {
         let id = AppId::of(app)?;
         let release = build::helm_release(app, input)?;
         let source = build::source(app)?;
-        let stale = build::stale_source_kinds(app)?;
-        let materialized = Materialized {
-            engine_ref: build::engine_reference(app)?,
-            source_ref: Some(build::source_reference(app)?),
-        };
+        let source_ref = build::source_reference(app)?;
+        let engine_ref = build::engine_reference(app)?;
 
-        let existing_release = self.ensure_writable(HELM_RELEASE, app, id).await?;
-        if let Some(source) = &source {
-            let kind = managed_kind(source);
-            let existing = self.ensure_writable(kind, app, id).await?;
-            self.apply(kind, id, source, existing.as_ref()).await?;
-        }
-        self.apply(HELM_RELEASE, id, &release, existing_release.as_ref())
-            .await?;
+        let live_release = self.ensure_writable(HELM_RELEASE, app, id).await?;
+        let live_source = match &source {
+            Some(source) => {
+                let kind = managed_kind(source);
+                let live = self
+                    .ensure_shared_writable(kind, id.namespace, &source.name_any())
+                    .await?;
+                let applied = self.apply(kind, id, source, live.as_ref()).await?;
+                applied.or(live)
+            }
+            // Someone else's source (`chart.sourceRef`): only read, for the observation.
+            None => self.get_readable(Some(&source_ref)).await?,
+        };
+        let applied = self.apply(HELM_RELEASE, id, &release, live_release.as_ref()).await?;
         // Only after the release points at the new source.
-        for kind in stale {
-            self.delete_if_ours(kind, app, id).await?;
+        let previous = live_release.as_ref().and_then(|r| observe::source_refs(r).source);
+        match build::previous_source(app, previous.as_ref(), &source_ref)? {
+            build::PreviousSource::Keep => {}
+            build::PreviousSource::DeleteIfOurs(old) => {
+                if let Some(kind) = FluxKind::source_by_kind(&old.kind) {
+                    self.delete_if_ours(kind, app, id).await?;
+                }
+            }
+            build::PreviousSource::ReleaseShared(old) => self.release_shared_source(&old).await?,
         }
-        Ok(materialized)
+        let observation = match applied.or(live_release) {
+            Some(current) => {
+                let chart = self.get_readable(observe::source_refs(&current).chart.as_ref()).await?;
+                Some(observe::observe(&current, live_source.as_ref(), chart.as_ref()))
+            }
+            None => None,
+        };
+        Ok(Materialized {
+            engine_ref,
+            source_ref: Some(source_ref),
+            observation,
+        })
     }
 
     async fn observe_impl(&self, app: &ApplicationInstance) -> Result<Option<Observation>, EngineError> {
@@ -144,11 +169,72 @@ impl FluxEngine {
             return Ok(DeleteProgress::InProgress(waiting));
         }
         // Sources hold no release state: once the release is gone, issuing their
-        // deletion is enough; source-controller finishes its own finalizer.
+        // deletion is enough; source-controller finishes its own finalizer. Sources named
+        // like the app are from releases before shared sources.
         for kind in [HELM_REPOSITORY, OCI_REPOSITORY] {
             self.delete_if_ours(kind, app, id).await?;
         }
+        // An invalid spec never had a shared source to leave.
+        if let Some(shared) = build::source(app).ok().flatten() {
+            let kind = managed_kind(&shared);
+            self.release_shared_source(&kind.object_ref(&shared.name_any(), id.namespace))
+                .await?;
+        }
         Ok(DeleteProgress::Gone)
+    }
+
+    /// Deletes the shared source `source` once no HelmRelease of its namespace names it in
+    /// [`build::LABEL_CHART_SOURCE`] (the caller's own release no longer does). An app
+    /// that starts using it meanwhile recreates it: its reconcile applies the source, and
+    /// the source's deletion wakes every app whose spec reads from it.
+    async fn release_shared_source(&self, source: &api::ObjectReference) -> Result<(), EngineError> {
+        let Some(kind) = FluxKind::source_by_kind(&source.kind) else {
+            return Ok(());
+        };
+        let namespace = source.namespace.as_deref().unwrap_or_default();
+        let selector = format!("{}={}", build::LABEL_CHART_SOURCE, source.name);
+        let users = self
+            .api(HELM_RELEASE, namespace)
+            .list_metadata(&ListParams::default().labels(&selector).limit(1))
+            .await?;
+        if !users.items.is_empty() {
+            return Ok(());
+        }
+        let api = self.api(kind, namespace);
+        let Some(existing) = api.get_opt(&source.name).await? else {
+            return Ok(());
+        };
+        if is_shared_by_us(&existing.metadata, COMPONENT_CHART_SOURCE) && !is_terminating(&existing.metadata) {
+            info!(kind = kind.kind, namespace, name = %source.name, "deleting shared chart source: no release uses it");
+            delete_tolerant(&api, &source.name, existing.uid()).await?;
+        }
+        Ok(())
+    }
+
+    /// Like [`Self::ensure_writable`] for a shared source: ours when it carries our shared
+    /// labels ([`is_shared_by_us`]); returns the live object.
+    async fn ensure_shared_writable(
+        &self,
+        kind: FluxKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<DynamicObject>, EngineError> {
+        let Some(existing) = self.api(kind, namespace).get_opt(name).await? else {
+            return Ok(None);
+        };
+        let described = format!("{} {namespace}/{name}", kind.kind);
+        if is_terminating(&existing.metadata) {
+            return Err(EngineError::Conflict(format!(
+                "{described} is being deleted (its last release left it); it is recreated once it is gone"
+            )));
+        }
+        if !is_shared_by_us(&existing.metadata, COMPONENT_CHART_SOURCE) {
+            return Err(EngineError::Conflict(format!(
+                "{described} already exists and is not a chart source shared by the app controller; \
+                 delete or rename it"
+            )));
+        }
+        Ok(Some(existing))
     }
 
     /// Deletes our HelmRelease; `Some(what we wait for)` while it still exists.
@@ -203,16 +289,17 @@ impl FluxEngine {
     }
 
     /// Server-side applies `object`, unless the live object already carries exactly
-    /// this desired state: no write at rest.
+    /// this desired state: no write at rest. Returns what the apply returned (`None`: `live`
+    /// is current).
     async fn apply(
         &self,
         kind: FluxKind,
         id: AppId<'_>,
         object: &DynamicObject,
         live: Option<&DynamicObject>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Option<DynamicObject>, EngineError> {
         match apply_unless_up_to_date(&self.api(kind, id.namespace), &self.field_manager, object, live).await {
-            Ok(_) => Ok(()),
+            Ok(applied) => Ok(applied),
             Err(kube::Error::Api(status)) if is_not_found(&status) && !names_namespace(&status) => Err(
                 EngineError::NotInstalled(format!("the cluster does not serve {}", kind.resource_name())),
             ),
@@ -270,15 +357,18 @@ impl Engine for FluxEngine {
     }
 
     fn watched_kinds(&self) -> Vec<crate::WatchedKind> {
-        // The managed sources too: "repository unreachable" is a source status change.
-        [HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY]
-            .into_iter()
-            .map(|kind| crate::WatchedKind {
-                resource: kind.api_resource(),
-                place: crate::WatchPlace::WithTheApplications,
-                link: crate::OwnerLink::ControllerOwnerReference,
-            })
-            .collect()
+        let watched = |kind: FluxKind, link| crate::WatchedKind {
+            resource: kind.api_resource(),
+            place: crate::WatchPlace::WithTheApplications,
+            link,
+        };
+        // The sources too ("repository unreachable" is a source status change): shared
+        // ones, and those `chart.sourceRef` names, wake every app that reads from them.
+        vec![
+            watched(HELM_RELEASE, crate::OwnerLink::ControllerOwnerReference),
+            watched(HELM_REPOSITORY, crate::OwnerLink::ReadBy(reads_from)),
+            watched(OCI_REPOSITORY, crate::OwnerLink::ReadBy(reads_from)),
+        ]
     }
 
     fn check_installed(&self) -> BoxFuture<'_, Result<(), EngineError>> {
@@ -300,6 +390,13 @@ impl Engine for FluxEngine {
     fn delete<'a>(&'a self, app: &'a ApplicationInstance) -> BoxFuture<'a, Result<DeleteProgress, EngineError>> {
         Box::pin(self.delete_impl(app))
     }
+}
+
+/// Whether the release of `app` reads its chart from `object` (its managed source or the
+/// one `chart.sourceRef` names), from the spec alone.
+fn reads_from(app: &ApplicationInstance, object: &api::ObjectReference) -> bool {
+    build::source_reference(app)
+        .is_ok_and(|r| r.kind == object.kind && r.name == object.name && r.namespace == object.namespace)
 }
 
 /// The managed kind of a built source object.

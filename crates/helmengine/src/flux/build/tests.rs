@@ -27,6 +27,30 @@ fn metadata(component: &str) -> Value {
     })
 }
 
+/// The metadata of a HelmRelease reading from the shared source `source`.
+fn release_metadata(source: &str) -> Value {
+    let mut metadata = metadata("helm-release");
+    metadata["labels"]["vworkspace.io/chart-source"] = json!(source);
+    metadata
+}
+
+/// The metadata of the shared source `name`: our labels, no instance, no owner. Names are
+/// literal on purpose: a changed name makes every existing app move to a new source.
+fn shared_source_metadata(name: &str) -> Value {
+    json!({
+        "name": name,
+        "namespace": NAMESPACE,
+        "labels": {
+            "app.kubernetes.io/managed-by": "vworkspace-operator",
+            "app.kubernetes.io/part-of": "vworkspace",
+            "app.kubernetes.io/component": "chart-source",
+        },
+    })
+}
+
+const STABLE_SOURCE: &str = "vws-charts-example-com-stable-7ede9e3a1215bf24";
+const OCI_SOURCE: &str = "vws-ghcr-io-example-charts-wiki-6942049b40624652";
+
 #[test]
 fn http_repository_golden() {
     let spec = repo_spec("https://charts.example.com/stable", None);
@@ -35,13 +59,13 @@ fn http_repository_golden() {
         json!({
             "apiVersion": "helm.toolkit.fluxcd.io/v2",
             "kind": "HelmRelease",
-            "metadata": metadata("helm-release"),
+            "metadata": release_metadata(STABLE_SOURCE),
             "spec": {
                 "interval": "10m",
                 "chart": {"spec": {
                     "chart": "wiki",
                     "version": "*",
-                    "sourceRef": {"kind": "HelmRepository", "name": "wiki", "namespace": NAMESPACE},
+                    "sourceRef": {"kind": "HelmRepository", "name": STABLE_SOURCE, "namespace": NAMESPACE},
                     "interval": "1h",
                 }},
                 // Unset in the spec: the release ServiceAccount the app controller binds.
@@ -54,7 +78,7 @@ fn http_repository_golden() {
         Some(json!({
             "apiVersion": "source.toolkit.fluxcd.io/v1",
             "kind": "HelmRepository",
-            "metadata": metadata("chart-source"),
+            "metadata": shared_source_metadata(STABLE_SOURCE),
             "spec": {"url": "https://charts.example.com/stable", "interval": "1h"},
         }))
     );
@@ -76,7 +100,7 @@ fn http_repository_with_credentials_and_interval() {
         json!({"spec": {
             "chart": "wiki",
             "version": "~6.2",
-            "sourceRef": {"kind": "HelmRepository", "name": "wiki", "namespace": NAMESPACE},
+            "sourceRef": {"kind": "HelmRepository", "name": "vws-charts-internal-8080-5903c2f4ee5b91a5", "namespace": NAMESPACE},
             "interval": "30m",
         }})
     );
@@ -99,7 +123,7 @@ fn oci_repository_golden() {
         release["spec"],
         json!({
             "interval": "10m",
-            "chartRef": {"kind": "OCIRepository", "name": "wiki", "namespace": NAMESPACE},
+            "chartRef": {"kind": "OCIRepository", "name": OCI_SOURCE, "namespace": NAMESPACE},
             "serviceAccountName": "vworkspace-release",
         })
     );
@@ -108,7 +132,7 @@ fn oci_repository_golden() {
         Some(json!({
             "apiVersion": "source.toolkit.fluxcd.io/v1",
             "kind": "OCIRepository",
-            "metadata": metadata("chart-source"),
+            "metadata": shared_source_metadata(OCI_SOURCE),
             "spec": {
                 "url": "oci://ghcr.io/example/charts/wiki",
                 "interval": "5m",
@@ -278,7 +302,7 @@ fn full_example_golden() {
         ..Default::default()
     };
     let release = helm_release(&app(spec), &input).expect("valid spec");
-    let mut metadata = metadata("helm-release");
+    let mut metadata = release_metadata("vws-charts-example-com-737cbf3c6944be1e");
     metadata["annotations"] = json!({"reconcile.fluxcd.io/requestedAt": "wiki-db=4711,wiki-defaults=42"});
     assert_eq!(
         to_json(&release),
@@ -291,7 +315,7 @@ fn full_example_golden() {
                 "chart": {"spec": {
                     "chart": "wiki",
                     "version": "6.2.1",
-                    "sourceRef": {"kind": "HelmRepository", "name": "wiki", "namespace": NAMESPACE},
+                    "sourceRef": {"kind": "HelmRepository", "name": "vws-charts-example-com-737cbf3c6944be1e", "namespace": NAMESPACE},
                     "interval": "1h",
                 }},
                 "values": {"replicas": 2, "ingress": {"enabled": true, "host": "wiki.example.com"}},
@@ -494,14 +518,15 @@ fn references() {
         engine_reference(&http).expect("valid"),
         HELM_RELEASE.object_ref("wiki", NAMESPACE)
     );
+    let shared_name = |app: &ApplicationInstance| source(app).expect("valid").expect("managed").name_any();
     assert_eq!(
         source_reference(&http).expect("valid"),
-        HELM_REPOSITORY.object_ref("wiki", NAMESPACE)
+        HELM_REPOSITORY.object_ref(&shared_name(&http), NAMESPACE)
     );
     let oci = app(repo_spec("oci://ghcr.io/example/wiki", None));
     assert_eq!(
         source_reference(&oci).expect("valid"),
-        OCI_REPOSITORY.object_ref("wiki", NAMESPACE)
+        OCI_REPOSITORY.object_ref(&shared_name(&oci), NAMESPACE)
     );
     let git = app(ref_spec(SourceKind::GitRepository, "charts", Some("flux-system")));
     assert_eq!(
@@ -511,34 +536,100 @@ fn references() {
 }
 
 #[test]
-fn stale_source_kinds_table() {
-    let kinds = |spec| -> Vec<&'static str> {
-        stale_source_kinds(&app(spec))
-            .expect("valid")
-            .into_iter()
-            .map(|k| k.kind)
-            .collect()
+fn previous_source_table() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let in_use = source_reference(&app).expect("valid");
+    let repo = |name: &str, namespace: &str| HELM_REPOSITORY.object_ref(name, namespace);
+    let shared_elsewhere = repo("vws-other-0123456789abcdef", NAMESPACE);
+    let cases = [
+        ("no live release", None, PreviousSource::Keep),
+        ("the source in use", Some(in_use.clone()), PreviousSource::Keep),
+        (
+            "named like the app (before shared sources)",
+            Some(repo("wiki", NAMESPACE)),
+            PreviousSource::DeleteIfOurs(repo("wiki", NAMESPACE)),
+        ),
+        (
+            "an OCIRepository named like the app",
+            Some(OCI_REPOSITORY.object_ref("wiki", NAMESPACE)),
+            PreviousSource::DeleteIfOurs(OCI_REPOSITORY.object_ref("wiki", NAMESPACE)),
+        ),
+        (
+            "another shared source",
+            Some(shared_elsewhere.clone()),
+            PreviousSource::ReleaseShared(shared_elsewhere),
+        ),
+        (
+            "a user's source (sourceRef)",
+            Some(repo("charts", NAMESPACE)),
+            PreviousSource::Keep,
+        ),
+        ("another namespace", Some(repo("wiki", "other")), PreviousSource::Keep),
+        (
+            "a kind we never manage",
+            Some(super::super::GIT_REPOSITORY.object_ref("wiki", NAMESPACE)),
+            PreviousSource::Keep,
+        ),
+    ];
+    for (what, previous, want) in cases {
+        assert_eq!(
+            previous_source(&app, previous.as_ref(), &in_use).expect("valid"),
+            want,
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn apps_with_the_same_repository_spec_share_one_source() {
+    let name = |spec: ApplicationInstanceSpec| {
+        let source = source(&app(spec)).expect("valid").expect("managed");
+        assert_eq!(source.metadata.owner_references, None, "a shared source has no owner");
+        assert_eq!(
+            source.labels().get(meta::LABEL_INSTANCE),
+            None,
+            "a shared source names no instance"
+        );
+        source.name_any()
     };
-    assert_eq!(kinds(repo_spec("https://charts.example.com", None)), ["OCIRepository"]);
-    assert_eq!(kinds(repo_spec("oci://ghcr.io/example/wiki", None)), ["HelmRepository"]);
+    let plain = name(repo_spec("https://charts.example.com/stable", Some("1.0.0")));
+    // Chart name and version live in the HelmRelease, not in an HTTP repository's spec.
+    let mut other_chart = repo_spec("https://charts.example.com/stable", Some("2.0.0"));
+    other_chart.chart.name = "blog".into();
+    assert_eq!(name(other_chart), plain);
+    assert!(plain.starts_with("vws-charts-example-com-stable-"), "{plain}");
+    assert!(plain.len() <= 63, "{plain}");
+
+    let mut with_credentials = repo_spec("https://charts.example.com/stable", None);
+    if let Some(repository) = with_credentials.chart.repository.as_mut() {
+        repository.secret_ref = Some(LocalObjectReference { name: "creds".into() });
+    }
+    assert_ne!(name(with_credentials), plain, "other credentials, another source");
+    assert_ne!(name(repo_spec("https://charts.example.com/other", None)), plain);
+
+    // An OCIRepository's spec holds the version: one source per version.
+    let oci = |version| name(repo_spec("oci://ghcr.io/example/wiki", Some(version)));
+    assert_ne!(oci("1.0.0"), oci("2.0.0"));
+    assert_eq!(oci("1.0.0"), oci("1.0.0"));
+
+    // A very long URL still makes a valid name and label value.
+    let long = name(repo_spec(&format!("https://{}.example.com", "a".repeat(300)), None));
+    assert!(long.len() <= 63, "{long}");
+}
+
+#[test]
+fn the_release_names_its_shared_source() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let release = helm_release(&app, &MaterializeInput::default()).expect("valid");
+    let source = source(&app).expect("valid").expect("managed");
+    assert_eq!(release.labels().get(LABEL_CHART_SOURCE), Some(&source.name_any()));
     assert_eq!(
-        kinds(ref_spec(SourceKind::GitRepository, "wiki", None)),
-        ["HelmRepository", "OCIRepository"]
+        release.data.pointer("/spec/chart/spec/sourceRef/name"),
+        Some(&json!(source.name_any()))
     );
-    // A sourceRef naming the object we used to manage keeps it.
-    assert_eq!(
-        kinds(ref_spec(SourceKind::HelmRepository, "wiki", None)),
-        ["OCIRepository"]
-    );
-    assert_eq!(
-        kinds(ref_spec(SourceKind::OciRepository, "wiki", Some(NAMESPACE))),
-        ["HelmRepository"]
-    );
-    // The same name in another namespace is not ours.
-    assert_eq!(
-        kinds(ref_spec(SourceKind::HelmRepository, "wiki", Some("other"))),
-        ["HelmRepository", "OCIRepository"]
-    );
+    let by_ref = self::app(ref_spec(SourceKind::HelmRepository, "charts", None));
+    let release = helm_release(&by_ref, &MaterializeInput::default()).expect("valid");
+    assert_eq!(release.labels().get(LABEL_CHART_SOURCE), None, "not a source we manage");
 }
 
 #[test]

@@ -14,6 +14,56 @@ use test_support::{Seen, Step};
 const HR_PATH: &str = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/team-a/helmreleases/wiki";
 const HELMREPO_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmrepositories/wiki";
 const OCIREPO_PATH: &str = "/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/ocirepositories/wiki";
+const HR_LIST_PATH: &str = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/team-a/helmreleases";
+
+/// Path and name of the shared source `app` uses (built, so tests follow the naming rule).
+fn shared_source(app: &ApplicationInstance) -> (String, String) {
+    let source = build::source(app).expect("valid").expect("a managed source");
+    let plural = managed_kind(&source).plural;
+    let name = source.name_any();
+    (
+        format!("/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/{plural}/{name}"),
+        name,
+    )
+}
+
+/// A shared source of ours at `name`, as the API server returns it.
+fn our_shared_source(kind: &str, name: &str, extra: Value) -> Value {
+    let mut object = existing(
+        kind,
+        "source.toolkit.fluxcd.io/v1",
+        None,
+        json!({"metadata": {"labels": crate::meta::shared_labels(crate::meta::COMPONENT_CHART_SOURCE)}}),
+    );
+    object["metadata"]["name"] = json!(name);
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        object[k] = v.clone();
+    }
+    object
+}
+
+/// The answer to the one-item LIST of the HelmReleases naming a shared source.
+fn releases_naming_it(names: &[&str]) -> Step {
+    let items: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": n, "namespace": NAMESPACE}}))
+        .collect();
+    step(
+        Method::GET,
+        HR_LIST_PATH,
+        StatusCode::OK,
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {}, "items": items}),
+    )
+}
+
+fn deleted(path: &str) -> Step {
+    step(
+        Method::DELETE,
+        path,
+        StatusCode::OK,
+        json!({"kind": "Status", "status": "Success"}),
+    )
+}
 
 fn step(method: Method, path: &str, status: StatusCode, body: Value) -> Step {
     Step::new(method, path, status, body)
@@ -85,20 +135,27 @@ async fn materialize_http_applies_source_then_release_with_our_field_manager() {
     };
     let built_source = serde_json::to_value(build::source(&app).expect("valid")).expect("json");
     let built_release = serde_json::to_value(build::helm_release(&app, &input).expect("valid")).expect("json");
+    let (source_path, source_name) = shared_source(&app);
     let script = vec![
         not_found(HR_PATH),
-        not_found(HELMREPO_PATH),
-        step(Method::PATCH, HELMREPO_PATH, StatusCode::CREATED, built_source.clone()),
+        not_found(&source_path),
+        step(Method::PATCH, &source_path, StatusCode::CREATED, built_source.clone()),
         step(Method::PATCH, HR_PATH, StatusCode::CREATED, built_release.clone()),
-        not_found(OCIREPO_PATH),
     ];
     let (result, seen) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    let materialized = result.expect("materialized");
     assert_eq!(
-        result.expect("materialized"),
-        Materialized {
-            engine_ref: super::super::HELM_RELEASE.object_ref("wiki", NAMESPACE),
-            source_ref: Some(HELM_REPOSITORY.object_ref("wiki", NAMESPACE)),
-        }
+        (materialized.engine_ref, materialized.source_ref),
+        (
+            super::super::HELM_RELEASE.object_ref("wiki", NAMESPACE),
+            Some(HELM_REPOSITORY.object_ref(&source_name, NAMESPACE)),
+        )
+    );
+    // Made from what the applies returned: the reconciler need not read them again.
+    let observation = materialized.observation.expect("observed from the applies");
+    assert_eq!(
+        observation.source.map(|s| s.object),
+        Some(HELM_REPOSITORY.object_ref(&source_name, NAMESPACE))
     );
     for (patch, body) in [(&seen[2], &built_source), (&seen[3], &built_release)] {
         assert_eq!(
@@ -126,13 +183,22 @@ async fn materialize_http_applies_source_then_release_with_our_field_manager() {
     }
 }
 
+/// A live release of ours reading from the HelmRepository `source`.
+fn our_release_reading(source: &str) -> Value {
+    our_release(
+        json!({"spec": {"chart": {"spec": {"chart": "wiki", "sourceRef": {"kind": "HelmRepository", "name": source}}}}}),
+    )
+}
+
 #[tokio::test]
-async fn materialize_switch_to_oci_prunes_only_our_old_helm_repository() {
+async fn materialize_moving_off_a_source_named_like_the_app_prunes_it_if_ours() {
+    // Releases from before shared sources read from a HelmRepository named like the app.
     let app = app(repo_spec("oci://ghcr.io/example/wiki", None));
+    let (source_path, source_name) = shared_source(&app);
     let script = vec![
-        step(Method::GET, HR_PATH, StatusCode::OK, our_release(json!({}))),
-        not_found(OCIREPO_PATH),
-        step(Method::PATCH, OCIREPO_PATH, StatusCode::CREATED, json!({})),
+        step(Method::GET, HR_PATH, StatusCode::OK, our_release_reading("wiki")),
+        not_found(&source_path),
+        step(Method::PATCH, &source_path, StatusCode::CREATED, json!({})),
         step(Method::PATCH, HR_PATH, StatusCode::OK, json!({})),
         step(
             Method::GET,
@@ -140,18 +206,13 @@ async fn materialize_switch_to_oci_prunes_only_our_old_helm_repository() {
             StatusCode::OK,
             existing("HelmRepository", "source.toolkit.fluxcd.io/v1", Some(UID), json!({})),
         ),
-        step(
-            Method::DELETE,
-            HELMREPO_PATH,
-            StatusCode::OK,
-            json!({"kind": "Status", "status": "Success"}),
-        ),
+        deleted(HELMREPO_PATH),
     ];
     let input = MaterializeInput::default();
     let (result, seen) = run(script, async |engine| engine.materialize(&app, &input).await).await;
     assert_eq!(
         result.expect("materialized").source_ref,
-        Some(OCI_REPOSITORY.object_ref("wiki", NAMESPACE))
+        Some(OCI_REPOSITORY.object_ref(&source_name, NAMESPACE))
     );
     let delete = seen.last().expect("delete request");
     assert_eq!(
@@ -162,14 +223,64 @@ async fn materialize_switch_to_oci_prunes_only_our_old_helm_repository() {
 }
 
 #[tokio::test]
-async fn materialize_leaves_a_foreign_stale_source_alone() {
+async fn materialize_moving_off_a_shared_source_deletes_it_only_when_no_release_names_it() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let (source_path, _) = shared_source(&app);
+    let old = "vws-old-charts-0123456789abcdef";
+    let old_path = format!("/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmrepositories/{old}");
+    let moved = |rest: Vec<Step>| {
+        let mut script = vec![
+            step(Method::GET, HR_PATH, StatusCode::OK, our_release_reading(old)),
+            step(
+                Method::GET,
+                &source_path,
+                StatusCode::OK,
+                our_shared_source("HelmRepository", "x", json!({})),
+            ),
+            step(Method::PATCH, &source_path, StatusCode::OK, json!({})),
+            step(Method::PATCH, HR_PATH, StatusCode::OK, json!({})),
+        ];
+        script.extend(rest);
+        script
+    };
+    let input = MaterializeInput::default();
+
+    // Another release still names it: kept.
+    let script = moved(vec![releases_naming_it(&["blog"])]);
+    let (result, seen) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    result.expect("materialized");
+    let list = seen.last().expect("the list");
+    assert_eq!(
+        list.query("labelSelector"),
+        Some(format!("vworkspace.io%2Fchart-source%3D{old}").as_str()),
+        "percent-encoded in the query"
+    );
+    assert_eq!(list.query("limit"), Some("1"), "one item answers the question");
+
+    // None does: deleted, pinned to the object checked.
+    let script = moved(vec![
+        releases_naming_it(&[]),
+        step(
+            Method::GET,
+            &old_path,
+            StatusCode::OK,
+            our_shared_source("HelmRepository", old, json!({})),
+        ),
+        deleted(&old_path),
+    ]);
+    let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    result.expect("materialized");
+}
+
+#[tokio::test]
+async fn materialize_with_a_source_ref_reads_it_and_leaves_a_foreign_old_source_alone() {
     let app = app(ref_spec(SourceKind::GitRepository, "charts", Some("flux-system")));
     let foreign = existing("HelmRepository", "source.toolkit.fluxcd.io/v1", None, json!({}));
     let script = vec![
-        not_found(HR_PATH),
-        step(Method::PATCH, HR_PATH, StatusCode::CREATED, json!({})),
+        step(Method::GET, HR_PATH, StatusCode::OK, our_release_reading("wiki")),
+        not_found("/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories/charts"),
+        step(Method::PATCH, HR_PATH, StatusCode::OK, json!({})),
         step(Method::GET, HELMREPO_PATH, StatusCode::OK, foreign),
-        not_found(OCIREPO_PATH),
     ];
     let input = MaterializeInput::default();
     let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
@@ -178,6 +289,20 @@ async fn materialize_leaves_a_foreign_stale_source_alone() {
         materialized.source_ref,
         Some(crate::flux::GIT_REPOSITORY.object_ref("charts", "flux-system"))
     );
+}
+
+#[tokio::test]
+async fn materialize_refuses_a_foreign_object_with_the_shared_name() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let (source_path, _) = shared_source(&app);
+    let foreign = existing("HelmRepository", "source.toolkit.fluxcd.io/v1", None, json!({}));
+    let script = vec![
+        not_found(HR_PATH),
+        step(Method::GET, &source_path, StatusCode::OK, foreign),
+    ];
+    let input = MaterializeInput::default();
+    let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
+    assert!(matches!(result, Err(EngineError::Conflict(m)) if m.contains("not a chart source shared")));
 }
 
 #[tokio::test]
@@ -201,15 +326,12 @@ async fn materialize_refuses_someone_elses_release() {
 #[tokio::test]
 async fn materialize_waits_for_a_terminating_source() {
     let app = app(repo_spec("https://charts.example.com", None));
-    let terminating = existing(
-        "HelmRepository",
-        "source.toolkit.fluxcd.io/v1",
-        Some(UID),
-        json!({"metadata": {"deletionTimestamp": "2026-08-01T10:00:00Z"}}),
-    );
+    let (source_path, name) = shared_source(&app);
+    let mut terminating = our_shared_source("HelmRepository", &name, json!({}));
+    terminating["metadata"]["deletionTimestamp"] = json!("2026-08-01T10:00:00Z");
     let script = vec![
         not_found(HR_PATH),
-        step(Method::GET, HELMREPO_PATH, StatusCode::OK, terminating),
+        step(Method::GET, &source_path, StatusCode::OK, terminating),
     ];
     let input = MaterializeInput::default();
     let (result, _) = run(script, async |engine| engine.materialize(&app, &input).await).await;
@@ -219,12 +341,13 @@ async fn materialize_waits_for_a_terminating_source() {
 #[tokio::test]
 async fn materialize_maps_an_unserved_resource_to_not_installed() {
     let app = app(repo_spec("oci://ghcr.io/example/wiki", None));
+    let (source_path, _) = shared_source(&app);
     let script = vec![
         not_found(HR_PATH),
-        not_found(OCIREPO_PATH),
+        not_found(&source_path),
         step(
             Method::PATCH,
-            OCIREPO_PATH,
+            &source_path,
             StatusCode::NOT_FOUND,
             status_body(404, "NotFound", None),
         ),
@@ -239,12 +362,13 @@ async fn materialize_maps_an_unserved_resource_to_not_installed() {
 #[tokio::test]
 async fn materialize_into_a_missing_namespace_is_an_api_error() {
     let app = app(repo_spec("https://charts.example.com", None));
+    let (source_path, _) = shared_source(&app);
     let script = vec![
         not_found(HR_PATH),
-        not_found(HELMREPO_PATH),
+        not_found(&source_path),
         step(
             Method::PATCH,
-            HELMREPO_PATH,
+            &source_path,
             StatusCode::NOT_FOUND,
             status_body(404, "NotFound", Some("namespaces")),
         ),
@@ -372,6 +496,7 @@ async fn delete_of_a_suspended_release_warns_that_it_stays_installed() {
 #[tokio::test]
 async fn delete_after_the_release_is_gone_removes_our_sources() {
     let app = app(repo_spec("https://charts.example.com", None));
+    let (source_path, name) = shared_source(&app);
     let script = vec![
         not_found(HR_PATH),
         step(
@@ -388,6 +513,28 @@ async fn delete_after_the_release_is_gone_removes_our_sources() {
             status_body(404, "NotFound", None),
         ),
         not_found(OCIREPO_PATH),
+        // The shared source: no release names it any more.
+        releases_naming_it(&[]),
+        step(
+            Method::GET,
+            &source_path,
+            StatusCode::OK,
+            our_shared_source("HelmRepository", &name, json!({})),
+        ),
+        deleted(&source_path),
+    ];
+    let (result, _) = run(script, async |engine| engine.delete(&app).await).await;
+    assert_eq!(result.expect("deleted"), DeleteProgress::Gone);
+}
+
+#[tokio::test]
+async fn delete_keeps_a_shared_source_another_release_names() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let script = vec![
+        not_found(HR_PATH),
+        not_found(HELMREPO_PATH),
+        not_found(OCIREPO_PATH),
+        releases_naming_it(&["blog"]),
     ];
     let (result, _) = run(script, async |engine| engine.delete(&app).await).await;
     assert_eq!(result.expect("deleted"), DeleteProgress::Gone);
@@ -403,10 +550,13 @@ async fn delete_never_touches_someone_elses_objects() {
         json!({}),
     );
     let foreign_repository = existing("HelmRepository", "source.toolkit.fluxcd.io/v1", None, json!({}));
+    let (source_path, _) = shared_source(&app);
     let script = vec![
         step(Method::GET, HR_PATH, StatusCode::OK, foreign_release),
-        step(Method::GET, HELMREPO_PATH, StatusCode::OK, foreign_repository),
+        step(Method::GET, HELMREPO_PATH, StatusCode::OK, foreign_repository.clone()),
         not_found(OCIREPO_PATH),
+        releases_naming_it(&[]),
+        step(Method::GET, &source_path, StatusCode::OK, foreign_repository),
     ];
     let (result, _) = run(script, async |engine| engine.delete(&app).await).await;
     assert_eq!(result.expect("deleted"), DeleteProgress::Gone);
@@ -476,12 +626,13 @@ async fn check_installed_takes_a_plain_404_for_not_served() {
 #[tokio::test]
 async fn materialize_maps_a_plain_404_on_apply_to_not_installed() {
     let app = app(repo_spec("https://charts.example.com", None));
+    let (source_path, _) = shared_source(&app);
     let script = vec![
         not_found(HR_PATH),
-        not_found(HELMREPO_PATH),
+        not_found(&source_path),
         step(
             Method::PATCH,
-            HELMREPO_PATH,
+            &source_path,
             StatusCode::NOT_FOUND,
             json!("404 page not found"),
         ),
@@ -534,14 +685,13 @@ async fn materialize_adopts_an_orphan_of_ours() {
     );
     let script = vec![
         step(Method::GET, HR_PATH, StatusCode::OK, orphan),
+        not_found("/apis/source.toolkit.fluxcd.io/v1/namespaces/team-a/helmcharts/wiki-chart"),
         step(Method::PATCH, HR_PATH, StatusCode::OK, json!({})),
-        not_found(HELMREPO_PATH),
-        not_found(OCIREPO_PATH),
     ];
     let input = MaterializeInput::default();
     let (result, seen) = run(script, async |engine| engine.materialize(&app, &input).await).await;
     result.expect("materialized");
-    let applied = seen[1].body.as_ref().expect("apply body");
+    let applied = seen[2].body.as_ref().expect("apply body");
     assert_eq!(
         applied["metadata"]["ownerReferences"],
         owner_json(),
@@ -562,7 +712,32 @@ async fn delete_does_not_wait_for_someone_elses_terminating_release() {
         step(Method::GET, HR_PATH, StatusCode::OK, foreign),
         not_found(HELMREPO_PATH),
         not_found(OCIREPO_PATH),
+        releases_naming_it(&["wiki"]),
     ];
     let (result, _) = run(script, async |engine| engine.delete(&app).await).await;
     assert_eq!(result.expect("deleted"), DeleteProgress::Gone);
+}
+
+#[tokio::test]
+async fn sources_wake_the_apps_that_read_from_them() {
+    let engine = FluxEngine::new(test_support::pair().0, FIELD_MANAGER);
+    let links: Vec<_> = engine
+        .watched_kinds()
+        .into_iter()
+        .filter_map(|w| match w.link {
+            crate::OwnerLink::ReadBy(reads) => Some((w.resource.kind, reads)),
+            _ => None,
+        })
+        .collect();
+    let kinds: Vec<&str> = links.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["HelmRepository", "OCIRepository"]);
+    let (_, reads) = links[0];
+    let http = app(repo_spec("https://charts.example.com", None));
+    let (_, name) = shared_source(&http);
+    assert!(reads(&http, &HELM_REPOSITORY.object_ref(&name, NAMESPACE)));
+    assert!(!reads(&http, &HELM_REPOSITORY.object_ref(&name, "other")));
+    assert!(!reads(&http, &HELM_REPOSITORY.object_ref("wiki", NAMESPACE)));
+    // A source the app names with chart.sourceRef wakes it too.
+    let by_ref = app(ref_spec(SourceKind::HelmRepository, "charts", Some("flux-system")));
+    assert!(reads(&by_ref, &HELM_REPOSITORY.object_ref("charts", "flux-system")));
 }
