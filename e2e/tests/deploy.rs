@@ -784,6 +784,18 @@ impl Replica {
         ))
     }
 
+    /// Requests the process's client sent, by verb and resource (`vworkspace_api_requests_total`,
+    /// which sees the engine's applies too).
+    async fn requests(&self, verb: &str, resource: &str) -> anyhow::Result<f64> {
+        let verb = format!("verb=\"{verb}\"");
+        let resource = format!("resource=\"{resource}\"");
+        Ok(metric_sum(
+            &self.metrics().await?,
+            "vworkspace_api_requests_total",
+            &[&verb, &resource],
+        ))
+    }
+
     async fn leader_gauge(&self) -> anyhow::Result<f64> {
         Ok(metric_sum(&self.metrics().await?, "vworkspace_leader", &[]))
     }
@@ -830,6 +842,14 @@ async fn leader_election_one_writer_and_takeover_after_sigkill() -> anyhow::Resu
     wait_deployed(&ctx, "first", "InstallSucceeded", "0.1.0").await?;
     assert!(leader.writes().await? > 0.0, "the leader wrote the status");
     assert_eq!(follower.writes().await?, 0.0, "the follower never wrote");
+    // Counted at the client, so the engine's own requests show too: only the leader applied
+    // and read the HelmRelease; the follower only watches.
+    assert!(leader.requests("apply", "helmreleases").await? > 0.0);
+    assert!(leader.requests("get", "helmreleases").await? > 0.0);
+    for verb in ["apply", "get", "patch", "delete"] {
+        assert_eq!(follower.requests(verb, "helmreleases").await?, 0.0, "follower {verb}");
+    }
+    assert!(follower.requests("watch", "applicationinstances").await? > 0.0);
     assert_eq!(reporting_instances(&ctx, "first").await?, [leader.identity]);
 
     // SIGKILL: no release of the Lease, the follower must wait for it to expire.
