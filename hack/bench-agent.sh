@@ -8,6 +8,10 @@
 #       odoo-sim at a 30 s sync interval: requests/s, bytes per sync at rest, memory.
 # Prints figures; docs/performance.md records them. Longer fleet window:
 # BENCH_AGENT_FLEET_WINDOW_SECS=600 just bench-agent (or --fleet-window-secs 600).
+#   (c) `just bench-agent --part scale` (not in the default run: about 10 minutes here):
+#       the real agent with 10,000 suspended ApplicationInstances: full resync (calls,
+#       bytes, time), RSS, and the latency while 1,000 of them change at once
+#       (--scale-objects N --scale-changes M --scale-namespaces K --keep-objects).
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$HACK_DIR/cluster.sh" status >/dev/null 2>&1 || "$HACK_DIR/cluster.sh" up

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `just bench-ops [ARGS]`: runbook-engine benchmark on the real local cluster
-# (release builds). Default: 200 Runbook Operations across 20 apps. Prints
+# (release builds). Default: 1,000 Runbook Operations across 100 apps. Prints
 # figures; docs/performance.md records them.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$HACK_DIR/cluster.sh" status >/dev/null 2>&1 || "$HACK_DIR/cluster.sh" up
 cargo build --release --quiet -p engines --bin runbook-engine
 cargo build --release --quiet -p e2e --bin bench-ops
-if (($#)); then set -- "$@"; else set -- --ops 200 --apps 20; fi
+if (($#)); then set -- "$@"; else set -- --ops 1000 --apps 100; fi
 "$HACK_DIR/cluster.sh" exec "$REPO_ROOT/target/release/bench-ops" "$@"

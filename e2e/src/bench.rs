@@ -119,3 +119,53 @@ pub async fn wait_until(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The pid of a component of the local cluster (`etcd`, `kube-apiserver`, `helm-controller`,
+/// …) from `$VWS_CLUSTER_DIR/pids/<name>.pid`, which `hack/cluster.sh` writes and exports to
+/// the commands it runs (`hack/cluster.sh exec`). None outside such a command.
+pub fn cluster_component_pid(name: &str) -> Option<u32> {
+    let dir = std::env::var("VWS_CLUSTER_DIR").ok()?;
+    std::fs::read_to_string(format!("{dir}/pids/{name}.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The 1-, 5- and 15-minute load averages, as `/proc/loadavg` gives them (`"1.02 0.87 0.55"`).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// Waits until each of the cluster components `names` uses at most `max_share` of one core
+/// over a 2 s window (e.g. Flux's controllers done with uninstalls and fetches), at most
+/// `bound`. Returns the wait, or None when some component was still busy at `bound` (or
+/// its pid is unknown: then it just waits one window).
+pub async fn wait_components_idle(names: &[&str], max_share: f64, bound: Duration) -> anyhow::Result<Option<Duration>> {
+    const WINDOW: Duration = Duration::from_secs(2);
+    let start = Instant::now();
+    let pids: Vec<u32> = names.iter().filter_map(|n| cluster_component_pid(n)).collect();
+    if pids.len() < names.len() {
+        pause("cluster components to idle", WINDOW).await?;
+        return Ok(None);
+    }
+    loop {
+        let before: Vec<Option<f64>> = pids.iter().map(|p| cpu_seconds(*p)).collect();
+        pause("cluster components to idle", WINDOW).await?;
+        let busy = pids
+            .iter()
+            .zip(&before)
+            .any(|(pid, before)| match (before, cpu_seconds(*pid)) {
+                (Some(b), Some(a)) => (a - b) / WINDOW.as_secs_f64() > max_share,
+                _ => false,
+            });
+        if !busy {
+            return Ok(Some(start.elapsed()));
+        }
+        if start.elapsed() >= bound {
+            return Ok(None);
+        }
+    }
+}

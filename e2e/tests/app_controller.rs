@@ -618,7 +618,7 @@ async fn apps_of_a_namespace_share_one_chart_source_until_the_last_leaves() -> a
     assert_eq!(flux::managed_source_name(&ctx, "two").await?, shared);
     assert_eq!(
         helm_repository_names(&ctx).await?,
-        [shared.clone()],
+        std::slice::from_ref(&shared),
         "one source for both"
     );
     let source = flux::helm_repositories(&ctx).get(&shared).await?;

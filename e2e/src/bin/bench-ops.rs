@@ -1,7 +1,7 @@
 //! `bench-ops`: runbook-engine figures on the real local cluster (printed, never asserted).
 //!
 //! ```text
-//! bench-ops --ops 200 --apps 20
+//! bench-ops --ops 1000 --apps 100
 //! ```
 //!
 //! Creates `--apps` ApplicationInstances (suspended: only their existence matters to a
@@ -51,10 +51,10 @@ const CREATE_CONCURRENCY: usize = 16;
 #[command(name = "bench-ops")]
 struct Args {
     /// Runbook Operations created.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1000)]
     ops: usize,
     /// ApplicationInstances the Operations are spread over.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 100)]
     apps: usize,
     /// The runbook-engine's `--concurrency`.
     #[arg(long, default_value_t = 16)]
@@ -281,9 +281,10 @@ async fn main() -> anyhow::Result<()> {
         latencies.last().copied().unwrap_or(f64::NAN)
     );
     println!(
-        "  Job Complete → Operation terminal (engine share): p50 {:.0} ms, p99 {:.0} ms",
+        "  Job Complete → Operation terminal (engine share): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
         percentile(&relay, 0.5),
-        percentile(&relay, 0.99)
+        percentile(&relay, 0.99),
+        relay.last().copied().unwrap_or(f64::NAN)
     );
     println!(
         "  engine RSS: idle {:.1} MiB, peak {:.1} MiB, after {:.1} MiB",

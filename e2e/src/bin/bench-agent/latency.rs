@@ -38,26 +38,28 @@ const HOST_APP: &str = "host";
 
 /// One status change seen by the watch: the object's state changed in this version.
 #[derive(Clone, Copy, Debug)]
-struct Change {
+pub(crate) struct Change {
     /// Its `resourceVersion` (etcd's revision: versions of one object compare as numbers).
-    rv: u64,
-    state: ObjectState,
+    pub(crate) rv: u64,
+    pub(crate) state: ObjectState,
     /// Wall-clock instant the watch delivered it.
-    at: Timestamp,
+    pub(crate) at: Timestamp,
 }
 
 /// The status changes of each `Kind/namespace/name`, in order.
-type Seen = Arc<Mutex<HashMap<String, Vec<Change>>>>;
+pub(crate) type Seen = Arc<Mutex<HashMap<String, Vec<Change>>>>;
 
-fn spawn_state_watch<K>(api: Api<K>, kind: &'static str, state: fn(&K) -> ObjectState, seen: Seen)
-where
+pub(crate) fn spawn_state_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: &'static str,
+    state: fn(&K) -> ObjectState,
+    seen: Seen,
+) where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
+        let mut events = watcher(api, config).default_backoff().applied_objects().boxed();
         while let Some(Ok(object)) = events.next().await {
             let at = Timestamp::now();
             let key = format!(
@@ -76,11 +78,11 @@ where
     });
 }
 
-fn rv_number(rv: Option<&str>) -> u64 {
+pub(crate) fn rv_number(rv: Option<&str>) -> u64 {
     rv.and_then(|v| v.parse().ok()).unwrap_or_default()
 }
 
-fn state_name(s: ObjectState) -> String {
+pub(crate) fn state_name(s: ObjectState) -> String {
     serde_json::to_value(s)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -116,7 +118,7 @@ pub(crate) struct LatencyRun {
     duration: Duration,
 }
 
-fn agent_has_status_channel_flag() -> bool {
+pub(crate) fn agent_has_status_channel_flag() -> bool {
     std::process::Command::new(binary_path("agent"))
         .arg("--help")
         .output()
@@ -131,7 +133,7 @@ async fn agent_metric(admin: &str, metric: &str, labels: &[&str]) -> f64 {
     }
 }
 
-async fn delete_namespace(client: &Client, ns: &str, timeout: Duration) -> anyhow::Result<()> {
+pub(crate) async fn delete_namespace(client: &Client, ns: &str, timeout: Duration) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     if api.get_opt(ns).await?.is_some() {
         api.delete(ns, &DeleteParams::default()).await?;
@@ -303,6 +305,7 @@ pub(crate) async fn run(client: &Client, args: &Args, channel: bool) -> anyhow::
     let seen: Seen = Arc::default();
     spawn_state_watch(
         apps.clone(),
+        watcher::Config::default(),
         "ApplicationInstance",
         protocol::report::application_state,
         seen.clone(),
@@ -310,6 +313,7 @@ pub(crate) async fn run(client: &Client, args: &Args, channel: bool) -> anyhow::
     let ops: Api<Operation> = Api::namespaced(client.clone(), &ns);
     spawn_state_watch(
         ops.clone(),
+        watcher::Config::default(),
         "Operation",
         protocol::report::operation_state,
         seen.clone(),

@@ -1,9 +1,10 @@
 //! `bench-agent`: connectivity-agent figures (printed, never asserted).
 //!
 //! ```text
-//! bench-agent [--part all|latency|fleet] [--ops 60] [--apps 10] [--op-interval-ms 300] [--no-compare]
+//! bench-agent [--part all|latency|fleet|scale] [--ops 60] [--apps 10] [--op-interval-ms 300] [--no-compare]
 //!             [--agents 1000] [--fleet-window-secs 120] [--sync-interval-secs 30] [--objects 5]
-//!             [--client-per-agent]
+//!             [--client-per-agent] [--scale-objects 10000] [--scale-namespaces 10]
+//!             [--scale-changes 1000] [--keep-objects]
 //! ```
 //!
 //! **(a) Latency**, on the real local cluster (inside its netns): `odoo-sim`, the real
@@ -32,10 +33,24 @@
 //! `--fleet-window-secs` give requests/s and bytes per sync at rest; this process's RSS
 //! gives the memory per simulated agent.
 //!
+//! **(c) Scale**, on the real local cluster, not part of `all` (20,000 writes before it measures):
+//! `--scale-objects` suspended ApplicationInstances over `--scale-namespaces` namespaces,
+//! each with the status the app controller writes for a suspended app (written by this
+//! process: no controller runs, so no Flux object exists), then `odoo-sim` and the real
+//! agent (pull mode, watches only, `--sync-interval 30s`). Figures: the full resync from
+//! the agent's start (calls, reports, bytes from the simulator's counters, time to the
+//! first and the last report), then `--scale-changes` apps unsuspended at once (32
+//! parallel patches; suspended → progressing, as `protocol::report` computes it): latency
+//! measured as in (a), calls and bytes; the agent's RSS and CPU throughout. The objects
+//! are deleted at the end unless `--keep-objects` (a later run reuses them, suspended
+//! again).
+//!
 //! Environment defaults (flags win): `BENCH_AGENT_AGENTS`, `BENCH_AGENT_FLEET_WINDOW_SECS`,
+//! `BENCH_AGENT_OPS`, `BENCH_AGENT_SCALE_OBJECTS`, `BENCH_AGENT_SCALE_CHANGES`.
 
 mod fleet;
 mod latency;
+mod scale;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -60,6 +75,9 @@ enum Part {
     Latency,
     /// (b) Many simulated agents against one simulator.
     Fleet,
+    /// (c) The real agent with 10,000 objects: full resync, RSS, 1,000 changes at once
+    /// (heavy: not part of `all`).
+    Scale,
 }
 
 /// Connectivity-agent figures (printed, never asserted).
@@ -96,9 +114,21 @@ struct Cli {
     /// (b) One HTTP client per simulated agent instead of one shared connection pool.
     #[arg(long)]
     client_per_agent: bool,
-    /// (a) Longest wait for every change to be seen, seconds.
+    /// (a), (c) Longest wait for every change to be seen, seconds.
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
+    /// (c) Suspended ApplicationInstances the agent reports.
+    #[arg(long, env = "BENCH_AGENT_SCALE_OBJECTS", default_value_t = 10_000)]
+    scale_objects: usize,
+    /// (c) Namespaces they are spread over.
+    #[arg(long, default_value_t = 10)]
+    scale_namespaces: usize,
+    /// (c) Applications changed at once (unsuspended: suspended → progressing).
+    #[arg(long, env = "BENCH_AGENT_SCALE_CHANGES", default_value_t = 1000)]
+    scale_changes: usize,
+    /// (c) Leave the objects (and their namespaces) for the next run instead of deleting them.
+    #[arg(long)]
+    keep_objects: bool,
 }
 
 /// The arguments, checked and in the units the benchmarks use.
@@ -114,6 +144,10 @@ struct Args {
     objects: usize,
     client_per_agent: bool,
     timeout: Duration,
+    scale_objects: usize,
+    scale_namespaces: usize,
+    scale_changes: usize,
+    keep_objects: bool,
 }
 
 impl Cli {
@@ -121,6 +155,14 @@ impl Cli {
         anyhow::ensure!(self.ops > 0 && self.agents > 0, "--ops and --agents must be positive");
         anyhow::ensure!(self.objects >= 1, "--objects must be at least 1");
         anyhow::ensure!(self.sync_interval_secs >= 1, "--sync-interval-secs must be at least 1");
+        anyhow::ensure!(
+            self.scale_namespaces >= 1 && self.scale_objects >= self.scale_namespaces,
+            "--scale-namespaces must be at least 1 and at most --scale-objects"
+        );
+        anyhow::ensure!(
+            self.scale_changes <= self.scale_objects,
+            "--scale-changes must be at most --scale-objects"
+        );
         Ok(Args {
             part: self.part,
             ops: self.ops,
@@ -133,6 +175,10 @@ impl Cli {
             objects: self.objects,
             client_per_agent: self.client_per_agent,
             timeout: Duration::from_secs(self.timeout_secs),
+            scale_objects: self.scale_objects,
+            scale_namespaces: self.scale_namespaces,
+            scale_changes: self.scale_changes,
+            keep_objects: self.keep_objects,
         })
     }
 }
@@ -180,8 +226,17 @@ impl Sim {
     }
 
     async fn report_log(&self, cluster: &str) -> anyhow::Result<Vec<ReceivedReport>> {
+        self.report_log_after(cluster, 0).await
+    }
+
+    /// The report log's entries after sequence number `after`.
+    async fn report_log_after(&self, cluster: &str, after: u64) -> anyhow::Result<Vec<ReceivedReport>> {
         let v = self
-            .admin("GET", &format!("/sim/clusters/{cluster}/report-log"), None)
+            .admin(
+                "GET",
+                &format!("/sim/clusters/{cluster}/report-log?after={after}"),
+                None,
+            )
             .await?;
         Ok(serde_json::from_value(v["entries"].clone())?)
     }
@@ -208,12 +263,18 @@ fn mib(kib: u64) -> f64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Cli::parse().check()?;
+    let latency = matches!(args.part, Part::All | Part::Latency);
+    let fleet = matches!(args.part, Part::All | Part::Fleet);
     if args.part != Part::Fleet {
-        // The fleet needs no cluster; the latency part runs inside the cluster's netns.
+        // The fleet needs no cluster; the other parts run inside the cluster's netns.
         assert_loopback_only();
     }
     println!("bench-agent");
-    if args.part != Part::Fleet {
+    if args.part == Part::Scale {
+        let client = client().await?;
+        scale::run(&client, &args).await?;
+    }
+    if latency {
         let client = client().await?;
         let mut runs = vec![latency::run(&client, &args, true).await?];
         latency::print(&runs[0]);
@@ -222,7 +283,7 @@ async fn main() -> anyhow::Result<()> {
             latency::print(&runs[1]);
         }
     }
-    if args.part != Part::Latency {
+    if fleet {
         fleet::run(&args).await?;
     }
     Ok(())
