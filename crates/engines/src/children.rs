@@ -1,6 +1,7 @@
 //! Creating and reading an Operation's children through the dynamic API.
 //!
-//! A child has a name derived only from its Operation, so "create" is: read the name;
+//! A child has a name derived only from its Operation, so "create" is: read the name (from
+//! the child watch's cache when it holds our child there, else from the API server);
 //! if an object is there and carries the Operation's UID label it is ours (created by an
 //! earlier pass, perhaps before a crash) and is returned as it is; if something else holds
 //! the name the Operation fails rather than adopting or overwriting it; otherwise apply it
@@ -72,6 +73,13 @@ where
         text("/metadata/name").to_owned(),
         text("/metadata/namespace").to_owned(),
     );
+    // Only ours is taken from the cache; an absent or foreign object is read again, so a
+    // lagging cache never creates twice nor refuses a name.
+    if let Some(cached) = cx.cached_children.get(resource, &namespace, &name)
+        && operations::meta::is_child_of(&cached, &id)
+    {
+        return Ok(Child::Ours(cached));
+    }
     if let Some(existing) = get(&cx.client, resource, &namespace, &name).await? {
         return Ok(if operations::meta::is_child_of(&existing, &id) {
             Child::Ours(existing)

@@ -92,6 +92,11 @@ impl Driver for RunbookDriver {
         vec![Watch::Owned(jobs())]
     }
 
+    fn reads_application_once_started(&self) -> bool {
+        // The Job is built from the Operation alone.
+        false
+    }
+
     fn poll_interval(&self) -> Duration {
         // The Job watch wakes us on every change; this is only a safety net.
         Duration::from_secs(60)

@@ -5,15 +5,22 @@
 //! 1. malformed object, not the leader, terminal → nothing;
 //! 2. namespace outside the allow-list → `Failed NamespaceNotAllowed`;
 //! 3. the application's Operations are listed fresh from the API server (not a cache), the
-//!    application is read, and [`operations::lifecycle::gate`] decides; a duplicate ends at once;
+//!    application is read, and [`operations::lifecycle::gate`] decides; a duplicate ends at once.
+//!    Once started, the gate always lets the Operation go on, so its siblings are not listed
+//!    and the application is read only for a driver that uses it
+//!    ([`Driver::reads_application_once_started`]);
 //! 4. not started yet: the application must exist and its target namespace be allowed,
 //!    and the [`Driver`] validates its payload; then deadline, `notBefore`, the application's
 //!    maintenance windows and the queue;
 //! 5. starting is a *claim*: the status write that sets `startTime` carries the
 //!    Operation's `resourceVersion`, so an engine acting on a stale copy loses with a
 //!    conflict instead of starting twice;
-//! 6. the driver creates or reads its children and reports an [`Outcome`];
-//! 7. the status is written only when it changed (no writes at rest).
+//! 6. the driver creates or reads its children and reports an [`Outcome`]; a child already in
+//!    the cache of the child watch is taken from there (the event that woke the reconcile is
+//!    in it) instead of being read again;
+//! 7. the status is written only when it changed (no writes at rest); the write that ends the
+//!    Operation carries the `resourceVersion` it was decided on, like the claim, so the end
+//!    and its Event are written once even when a stale copy is reconciled.
 
 use std::{
     future::Future,
@@ -60,6 +67,9 @@ const QUEUE_POLL: Duration = Duration::from_secs(2);
 const WINDOW_RECHECK: Duration = Duration::from_secs(60);
 /// How often a replica that does not lead looks at an Operation again.
 const FOLLOWER_RECHECK: Duration = Duration::from_secs(5);
+/// How soon an Operation whose end lost to a newer version looks again (the watch usually
+/// delivers that version first).
+const STALE_END_RECHECK: Duration = Duration::from_secs(1);
 
 /// Errors of one reconcile. Kubernetes errors are retried with backoff; domain errors are
 /// permanent (the spec is immutable) and end the Operation `Failed` instead.
@@ -114,6 +124,13 @@ pub trait Driver: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether [`Driver::drive`] uses [`Cx::app`] after the Operation started. `false` spares
+    /// the read on every pass of a running Operation, so its terminal status follows its
+    /// children's end sooner.
+    fn reads_application_once_started(&self) -> bool {
+        true
+    }
+
     /// While Running, look again this often even when no watch fires.
     fn poll_interval(&self) -> Duration {
         Duration::from_secs(10)
@@ -134,10 +151,14 @@ pub struct Cx {
     pub client: Client,
     /// The Operation (without `managedFields`).
     pub op: Operation,
-    /// Its ApplicationInstance, if it exists.
+    /// Its ApplicationInstance, if it exists; once the Operation started, read only when
+    /// [`Driver::reads_application_once_started`] (`None` otherwise).
     pub app: Option<ApplicationInstance>,
-    /// The other Operations of the application, fresh from the API server.
+    /// The other Operations of the application, fresh from the API server; listed only before
+    /// the Operation starts (empty once started: nothing after the start depends on them).
     pub siblings: Vec<Operation>,
+    /// The children the engine watches ([`Watch::Owned`]), as last seen by the watch.
+    pub cached_children: ChildCache,
     /// Namespace allow-list and watch scope.
     pub scope: WatchScope,
     /// Field manager of every write.
@@ -159,6 +180,22 @@ impl Cx {
         self.app
             .as_ref()
             .map(|app| app.spec.target_namespace_or(self.namespace()))
+    }
+}
+
+/// The caches of the [`Watch::Owned`] watches, one per kind.
+#[derive(Clone, Default)]
+pub struct ChildCache {
+    stores: Vec<(ApiResource, Store<DynamicObject>)>,
+}
+
+impl ChildCache {
+    /// `namespace/name` of `resource` as the watch last saw it (`None` when not watched or not
+    /// seen). It may lag the API server, never the event that woke the reconcile.
+    pub fn get(&self, resource: &ApiResource, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        let (dyntype, store) = self.stores.iter().find(|(r, _)| r == resource)?;
+        let object = store.get(&ObjectRef::new_with(name, dyntype.clone()).within(namespace))?;
+        serde_json::to_value(&*object).ok()
     }
 }
 
@@ -235,6 +272,7 @@ impl SyncTracker {
 struct Context<D> {
     driver: D,
     client: Client,
+    cached_children: ChildCache,
     settings: EngineSettings,
     metrics: ControllerMetrics,
     failures: RetryBackoff<ObjectRef<DeserializeGuard<Operation>>>,
@@ -274,6 +312,7 @@ pub async fn run<D: Driver>(
     });
 
     let mut controller = Controller::for_stream(op_stream, reader.clone());
+    let mut cached_children = ChildCache::default();
     for watch in driver.watches() {
         controller = match watch {
             Watch::Owned(resource) => {
@@ -282,8 +321,15 @@ pub async fn run<D: Driver>(
                     None => Api::all_with(client.clone(), &resource),
                 };
                 let config = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
-                // With backoff: a refused or failing watch must not retry in a hot loop.
-                let stream = watcher(api, config).default_backoff().touched_objects();
+                let writer = reflector::store::Writer::new(resource.clone());
+                cached_children.stores.push((resource.clone(), writer.as_reader()));
+                // With backoff: a refused or failing watch must not retry in a hot loop. The
+                // cache is written before the event is passed on, so a reconcile finds it there.
+                let stream = watcher(api, config)
+                    .default_backoff()
+                    .modify(|child| child.managed_fields_mut().clear())
+                    .reflect(writer)
+                    .touched_objects();
                 controller.owns_stream_with(stream, resource)
             }
             Watch::Labelled { resource, namespace } => {
@@ -325,6 +371,7 @@ pub async fn run<D: Driver>(
     let ctx = Arc::new(Context {
         driver,
         client,
+        cached_children,
         metrics,
         settings: settings.clone(),
         // 1 s doubling to 5 min.
@@ -420,14 +467,23 @@ async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, Driv
         return finish(&ops, &op, outcome, ctx, now, None).await;
     }
 
-    // Fresh from the API server: the queue decision must not rest on a stale cache.
+    let started = op.status.as_ref().is_some_and(|s| s.start_time.is_some());
     let app_name = &op.spec.application_ref.name;
-    let siblings: Vec<Operation> = ops
-        .list(&ListParams::default().fields(&format!("spec.applicationRef.name={app_name}")))
-        .await?
-        .items;
     let apps: Api<ApplicationInstance> = Api::namespaced(ctx.client.clone(), &namespace);
-    let app = apps.get_opt(app_name).await?;
+    let (siblings, app) = if started {
+        // The gate lets a started Operation go on whatever its siblings do.
+        let app = if ctx.driver.reads_application_once_started() {
+            apps.get_opt(app_name).await?
+        } else {
+            None
+        };
+        (Vec::new(), app)
+    } else {
+        // Fresh from the API server: the queue decision must not rest on a stale cache.
+        let list_params = ListParams::default().fields(&format!("spec.applicationRef.name={app_name}"));
+        let (siblings, app) = futures::try_join!(ops.list(&list_params), apps.get_opt(app_name))?;
+        (siblings.items, app)
+    };
     let maintenance = Maintenance::of(app.as_ref());
     let gate = lifecycle::gate(&op, now, &Siblings::of(&op, &siblings), &maintenance);
     match gate {
@@ -436,12 +492,12 @@ async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, Driv
         Gate::Duplicate(outcome) => return finish(&ops, &op, outcome, ctx, now, None).await,
         Gate::Expired(_) | Gate::WaitUntil(_) | Gate::Queued(_) | Gate::WaitForWindow(_) | Gate::Proceed => {}
     }
-    let started = op.status.as_ref().is_some_and(|s| s.start_time.is_some());
     let mut cx = Cx {
         client: ctx.client.clone(),
         op,
         app,
         siblings,
+        cached_children: ctx.cached_children.clone(),
         scope: ctx.settings.scope.clone(),
         field_manager: ctx.settings.field_manager,
         metrics: ctx.metrics.clone(),
@@ -554,13 +610,24 @@ async fn finish<D: Driver>(
 ) -> Result<Action, DriverError> {
     let next = status::next_status(op.status.as_ref(), op.metadata.generation, outcome, now);
     if status::needs_write(op.status.as_ref(), &next) {
-        write_status(ops, op, &next, ctx).await?;
         let was_terminal = op
             .status
             .as_ref()
             .and_then(|s| s.phase)
             .is_some_and(OperationPhase::is_terminal);
-        if let Some(phase) = next.phase.filter(|p| p.is_terminal() && !was_terminal) {
+        let ends = next.phase.filter(|p| p.is_terminal() && !was_terminal);
+        // The end is written once: conditional on the resourceVersion it was decided on, so a
+        // reconcile of a stale copy (our own end not yet in the cache) loses instead of
+        // writing it and its Event again. The watch brings the fresh copy.
+        let precondition = ends.and(op.metadata.resource_version.as_deref());
+        match write_status(ops, op, &next, precondition, ctx).await {
+            Err(DriverError::Kube(kube::Error::Api(status))) if precondition.is_some() && status.is_conflict() => {
+                debug!("the end was decided on a stale copy; looking again");
+                return Ok(Action::requeue(STALE_END_RECHECK));
+            }
+            written => written?,
+        }
+        if let Some(phase) = ends {
             let (type_, reason) = match phase {
                 OperationPhase::Succeeded => (EventType::Normal, "Succeeded"),
                 OperationPhase::Expired => (EventType::Warning, "Expired"),
@@ -582,13 +649,17 @@ async fn write_status<D: Driver>(
     ops: &Api<Operation>,
     op: &Operation,
     next: &OperationStatus,
+    resource_version: Option<&str>,
     ctx: &Context<D>,
 ) -> Result<(), DriverError> {
-    let patch = serde_json::json!({
+    let mut patch = serde_json::json!({
         "apiVersion": api::API_VERSION,
         "kind": "Operation",
         "status": next,
     });
+    if let Some(version) = resource_version {
+        patch["metadata"] = serde_json::json!({"resourceVersion": version});
+    }
     ctx.metrics.api_write(WriteVerb::Apply, "Operation");
     ops.patch_status(
         &op.name_any(),
@@ -661,6 +732,26 @@ mod tests {
             until(now, Timestamp::from_second(1_030).unwrap()),
             Duration::from_secs(30)
         );
+    }
+
+    #[test]
+    fn child_cache_finds_a_watched_child_by_kind_namespace_and_name() {
+        let jobs = crate::runbook::jobs();
+        let mut writer = reflector::store::Writer::new(jobs.clone());
+        let job = DynamicObject::new("rb-1-job", &jobs).within("team-a");
+        writer.apply_watcher_event(&watcher::Event::Apply(job));
+        let cache = ChildCache {
+            stores: vec![(jobs.clone(), writer.as_reader())],
+        };
+        let found = cache.get(&jobs, "team-a", "rb-1-job");
+        assert_eq!(
+            found.as_ref().and_then(|j| j.pointer("/metadata/name")),
+            Some(&serde_json::json!("rb-1-job"))
+        );
+        assert!(cache.get(&jobs, "team-b", "rb-1-job").is_none());
+        let config_maps = crate::children::resource("v1", "ConfigMap", "configmaps");
+        assert!(cache.get(&config_maps, "team-a", "rb-1-job").is_none());
+        assert!(ChildCache::default().get(&jobs, "team-a", "rb-1-job").is_none());
     }
 
     #[test]

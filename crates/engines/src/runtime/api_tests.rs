@@ -25,6 +25,8 @@ struct Fake {
     /// The resourceVersion of the Operation each `drive` got.
     driven: Arc<Mutex<Vec<Option<String>>>>,
     validated: Arc<AtomicUsize>,
+    /// What [`Driver::reads_application_once_started`] answers.
+    reads_application: bool,
 }
 
 impl Fake {
@@ -34,6 +36,7 @@ impl Fake {
             outcome,
             driven: Arc::default(),
             validated: Arc::default(),
+            reads_application: true,
         }
     }
 
@@ -45,6 +48,10 @@ impl Fake {
 impl Driver for Fake {
     fn op_type(&self) -> OperationType {
         OperationType::Backup
+    }
+
+    fn reads_application_once_started(&self) -> bool {
+        self.reads_application
     }
 
     async fn validate(&self, _cx: &Cx) -> Result<Option<Outcome>, DriverError> {
@@ -75,6 +82,7 @@ fn context(driver: Fake, allowed: Option<&str>) -> anyhow::Result<(Arc<Context<F
     let ctx = Context {
         driver,
         client,
+        cached_children: ChildCache::default(),
         metrics: settings.metrics.controller(controller_name(OperationType::Backup)),
         settings,
         failures: RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(300)),
@@ -116,6 +124,11 @@ fn reads(op: &Operation) -> anyhow::Result<Vec<Step>> {
         Step::get(OPS_PATH, list(&[op])?),
         Step::get(APP_PATH, application()),
     ])
+}
+
+/// What a started Operation reads: only the application (its siblings no longer matter).
+fn reads_once_started() -> Vec<Step> {
+    vec![Step::get(APP_PATH, application())]
 }
 
 async fn reconcile_once(
@@ -225,7 +238,7 @@ async fn a_lost_claim_backs_off_without_acting() -> anyhow::Result<()> {
 
     // The winner's write, as the watch delivers it.
     let fresh = operation("42", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
-    let (result, seen) = reconcile_once(&mut server, &ctx, &fresh, reads(&fresh)?).await?;
+    let (result, seen) = reconcile_once(&mut server, &ctx, &fresh, reads_once_started()).await?;
     ensure!(result.is_ok(), "{result:?}");
     ensure!(seen.iter().all(|s| !s.is_write()), "{seen:?}");
     ensure!(ctx.driver.driven() == vec![Some("42".to_owned())]);
@@ -236,20 +249,21 @@ async fn a_lost_claim_backs_off_without_acting() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A running Operation whose driver reports what the status already says: two reads, no
-/// write, no Event, the driver's poll interval.
+/// A running Operation whose driver reports what the status already says: one read (the
+/// application; the siblings are not listed once started), no write, no Event, the driver's
+/// poll interval.
 #[tokio::test]
 async fn at_rest_a_running_operation_only_reads() -> anyhow::Result<()> {
     let (ctx, mut server) = context(Fake::reporting(running("Backup InProgress")), None)?;
     let started = status_at(None, running("Starting"), 1_800_000_000)?;
     let status = status_at(Some(&started), running("Backup InProgress"), 1_800_000_060)?;
     let op = operation("43", Some(status))?;
-    let (result, seen) = reconcile_once(&mut server, &ctx, &op, reads(&op)?).await?;
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, reads_once_started()).await?;
     ensure!(
         matches!(&result, Ok(a) if *a == Action::requeue(Duration::from_secs(10))),
         "{result:?}"
     );
-    ensure!(seen.len() == 2 && seen.iter().all(|s| !s.is_write()), "{seen:?}");
+    ensure!(seen.len() == 1 && seen.iter().all(|s| !s.is_write()), "{seen:?}");
     Ok(())
 }
 
@@ -264,25 +278,67 @@ async fn the_end_is_written_once_with_one_event() -> anyhow::Result<()> {
     let (ctx, mut server) = context(Fake::reporting(succeeded), None)?;
     let started = status_at(None, running("Starting"), 1_800_000_000)?;
     let op = operation("43", Some(started))?;
-    let mut script = reads(&op)?;
+    let mut script = reads_once_started();
     script.extend([
         Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
         Step::echo(Method::POST, EVENTS_PATH),
     ]);
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
-    ensure!(phase(&seen[2])? == "Succeeded");
-    ensure!(seen[2].body()?.get("metadata").is_none());
-    let event = seen[3].body()?;
+    ensure!(phase(&seen[1])? == "Succeeded");
+    // The end is conditional on the version it was decided on.
+    ensure!(seen[1].body()?["metadata"]["resourceVersion"] == "43");
+    let event = seen[2].body()?;
     ensure!(event["type"] == "Normal" && event["reason"] == "Succeeded" && event["note"] == "Backup Completed");
 
-    let written: OperationStatus = serde_json::from_value(seen[2].body()?["status"].clone())?;
+    let written: OperationStatus = serde_json::from_value(seen[1].body()?["status"].clone())?;
     let done = operation("44", Some(written))?;
     let (result, seen) = reconcile_once(&mut server, &ctx, &done, Vec::new()).await?;
     ensure!(
         matches!(&result, Ok(a) if *a == Action::await_change()) && seen.is_empty(),
         "{result:?} {seen:?}"
     );
+    Ok(())
+}
+
+/// The end decided on a stale copy (our own end is not in the cache yet) loses with a
+/// conflict: no second Event, no failure counted, a look again soon.
+#[tokio::test]
+async fn an_end_decided_on_a_stale_copy_is_not_written_twice() -> anyhow::Result<()> {
+    let (ctx, mut server) = context(
+        Fake::reporting(Outcome::failed("BackoffLimitExceeded", "Job wiki-backup-1 failed")),
+        None,
+    )?;
+    let op = operation("43", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
+    let mut script = reads_once_started();
+    script.push(Step::fail(Method::PATCH, OP_STATUS_PATH, 409, "Conflict"));
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(
+        matches!(&result, Ok(a) if *a == Action::requeue(STALE_END_RECHECK)),
+        "{result:?}"
+    );
+    ensure!(seen.len() == 2, "no Event after the lost end: {seen:?}");
+    Ok(())
+}
+
+/// A started Operation whose driver does not use the application (a Runbook's Job is built
+/// from the Operation alone): the terminal status is the reconcile's first request.
+#[tokio::test]
+async fn a_started_operation_whose_driver_ignores_the_application_writes_its_end_first() -> anyhow::Result<()> {
+    let failed = Outcome::failed("BackoffLimitExceeded", "Job wiki-backup-1 failed");
+    let mut driver = Fake::reporting(failed);
+    driver.reads_application = false;
+    let (ctx, mut server) = context(driver, None)?;
+    let op = operation("43", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
+    let script = vec![
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ];
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
+    ensure!(phase(&seen[0])? == "Failed", "{seen:?}");
+    ensure!(seen[1].body()?["reason"] == "Failed");
+    ensure!(ctx.driver.driven() == vec![Some("43".to_owned())]);
     Ok(())
 }
 
@@ -301,7 +357,8 @@ async fn a_refusal_before_start_fails_without_claiming() -> anyhow::Result<()> {
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
     let body = seen[2].body()?;
-    ensure!(body.get("metadata").is_none(), "a refusal is not a claim: {body}");
+    // Not a claim (no startTime), but an end: written once, on the version decided on.
+    ensure!(body["metadata"]["resourceVersion"] == "41", "{body}");
     ensure!(
         phase(&seen[2])? == "Failed" && body["status"].get("startTime").is_none(),
         "{body}"
@@ -331,7 +388,7 @@ async fn a_driver_refusal_fails_without_claiming() -> anyhow::Result<()> {
     ]);
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(result.is_ok(), "{result:?}");
-    ensure!(seen[2].body()?.get("metadata").is_none() && phase(&seen[2])? == "Failed");
+    ensure!(phase(&seen[2])? == "Failed" && seen[2].body()?["status"].get("startTime").is_none());
     ensure!(seen[2].body()?["status"]["result"] == "spec.backup.ttl is too long");
     ensure!(ctx.driver.validated.load(Ordering::SeqCst) == 1 && ctx.driver.driven().is_empty());
     Ok(())
