@@ -121,11 +121,10 @@ pub async fn wait_until(
 }
 
 /// The pid of a component of the local cluster (`etcd`, `kube-apiserver`, `helm-controller`,
-/// …) from `$VWS_CLUSTER_DIR/pids/<name>.pid`, which `hack/cluster.sh` writes and exports to
-/// the commands it runs (`hack/cluster.sh exec`). None outside such a command.
+/// …) from `<cluster dir>/pids/<name>.pid` ([`crate::cluster_dir`]: `$VWS_CLUSTER_DIR`, else the
+/// default cluster's), which `hack/cluster.sh` writes. None when the cluster is not running.
 pub fn cluster_component_pid(name: &str) -> Option<u32> {
-    let dir = std::env::var("VWS_CLUSTER_DIR").ok()?;
-    std::fs::read_to_string(format!("{dir}/pids/{name}.pid"))
+    std::fs::read_to_string(crate::cluster_dir().join("pids").join(format!("{name}.pid")))
         .ok()?
         .trim()
         .parse()

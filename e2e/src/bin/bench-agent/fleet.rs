@@ -260,7 +260,8 @@ fn per_call(total: u64, calls: u64) -> f64 {
     total as f64 / calls.max(1) as f64
 }
 
-fn diff(a: &odoo_sim::CallCounters, b: &odoo_sim::CallCounters) -> odoo_sim::CallCounters {
+/// The calls and bytes between two readings of the simulator's counters.
+pub(crate) fn diff(a: &odoo_sim::CallCounters, b: &odoo_sim::CallCounters) -> odoo_sim::CallCounters {
     odoo_sim::CallCounters {
         calls: a.calls - b.calls,
         errors: a.errors - b.errors,

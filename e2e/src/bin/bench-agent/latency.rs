@@ -3,10 +3,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -30,7 +27,7 @@ use kube::{
 use protocol::messages::ObjectState;
 use serde_json::{Value, json};
 
-use crate::{Args, SCOPE, Sim, api_key, mib, work_dir};
+use crate::{Args, SCOPE, Sim, api_key, mib, scale::RssSampler, work_dir};
 
 const FIELD_MANAGER: &str = "bench-agent";
 /// The Operations' application (suspended: a Runbook needs only the object).
@@ -318,18 +315,7 @@ pub(crate) async fn run(client: &Client, args: &Args, channel: bool) -> anyhow::
         protocol::report::operation_state,
         seen.clone(),
     );
-    let peak = Arc::new(AtomicU64::new(rss_idle));
-    let sampler = {
-        let peak = peak.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Some(rss) = rss_kib(pid) {
-                    peak.fetch_max(rss, Ordering::Relaxed);
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let sampler = RssSampler::start(pid);
 
     let start = Instant::now();
     let app_names: Vec<String> = (0..args.apps).map(|i| format!("app-{i:03}")).collect();
@@ -410,7 +396,8 @@ pub(crate) async fn run(client: &Client, args: &Args, channel: bool) -> anyhow::
     // At rest: what the agent holds once nothing moves.
     pause("10 s at rest", Duration::from_secs(10)).await?;
     let rss_rest = rss_kib(pid).unwrap_or_default();
-    sampler.abort();
+    let rss_peak = sampler.take_peak().max(rss_idle);
+    drop(sampler);
 
     let measured = |key: &str| {
         let name = key.rsplit('/').next().unwrap_or_default();
@@ -512,7 +499,7 @@ pub(crate) async fn run(client: &Client, args: &Args, channel: bool) -> anyhow::
         outliers,
         missing,
         rss_idle,
-        rss_peak: peak.load(Ordering::Relaxed),
+        rss_peak,
         rss_rest,
         syncs,
         reports,

@@ -27,12 +27,13 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::watcher,
 };
-use odoo_sim::{CallCounters, SimStats};
+use odoo_sim::SimStats;
 use protocol::messages::ObjectState;
 use serde_json::{Value, json};
 
 use crate::{
     Args, SCOPE, Sim, api_key,
+    fleet::diff,
     latency::{Seen, agent_has_status_channel_flag, rv_number, spawn_state_watch},
     mib, work_dir,
 };
@@ -209,14 +210,6 @@ struct Traffic {
 
 impl Traffic {
     fn between(before: &SimStats, after: &SimStats) -> Self {
-        let diff = |a: &CallCounters, b: &CallCounters| CallCounters {
-            calls: a.calls - b.calls,
-            errors: a.errors - b.errors,
-            request_body_bytes: a.request_body_bytes - b.request_body_bytes,
-            request_header_bytes: a.request_header_bytes - b.request_header_bytes,
-            response_body_bytes: a.response_body_bytes - b.response_body_bytes,
-            response_header_bytes: a.response_header_bytes - b.response_header_bytes,
-        };
         let (register, sync) = (diff(&after.register, &before.register), diff(&after.sync, &before.sync));
         let both = [register, sync];
         Self {
@@ -254,14 +247,14 @@ impl Traffic {
 }
 
 /// The agent's RSS: the highest since the last [`RssSampler::take_peak`], sampled every 100 ms.
-struct RssSampler {
+pub(crate) struct RssSampler {
     pid: u32,
     peak: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl RssSampler {
-    fn start(pid: u32) -> Self {
+    pub(crate) fn start(pid: u32) -> Self {
         let peak = Arc::new(AtomicU64::new(rss_kib(pid).unwrap_or_default()));
         let task = {
             let peak = peak.clone();
@@ -282,7 +275,7 @@ impl RssSampler {
     }
 
     /// The peak so far; the next peak starts from the current RSS.
-    fn take_peak(&self) -> u64 {
+    pub(crate) fn take_peak(&self) -> u64 {
         let now = self.now();
         self.peak.swap(now, Ordering::Relaxed).max(now)
     }
