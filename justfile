@@ -36,6 +36,10 @@ lint:
 deny:
     bin=$(hack/build-cargo-deny.sh) && "$bin" --locked check licenses bans sources
 
+# Install the kubectl plugin (`kubectl vws`, docs/cli.md) into ~/.cargo/bin.
+install-plugin:
+    cargo install --locked --path crates/kubectl-vws
+
 # Unit tests (no cluster needed).
 unit:
     cargo test --workspace --exclude e2e
