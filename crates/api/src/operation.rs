@@ -360,6 +360,17 @@ pub enum OperationPhase {
 }
 
 impl OperationPhase {
+    /// Name as written in `status.phase`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationPhase::Pending => "Pending",
+            OperationPhase::Running => "Running",
+            OperationPhase::Succeeded => "Succeeded",
+            OperationPhase::Failed => "Failed",
+            OperationPhase::Expired => "Expired",
+        }
+    }
+
     /// Terminal phases never change again.
     pub fn is_terminal(self) -> bool {
         matches!(

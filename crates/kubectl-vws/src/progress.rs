@@ -32,7 +32,7 @@ pub fn verdict(op: &Operation) -> Verdict {
     match status.and_then(|s| s.phase) {
         Some(OperationPhase::Succeeded) => Verdict::Succeeded { result },
         Some(phase @ (OperationPhase::Failed | OperationPhase::Expired)) => Verdict::Failed {
-            phase: phase_name(phase).to_owned(),
+            phase: phase.as_str().to_owned(),
             reason: succeeded.map(|c| c.reason.clone()).unwrap_or_default(),
             message: result,
         },
@@ -45,7 +45,7 @@ pub fn verdict(op: &Operation) -> Verdict {
 /// `Running  Backup/velero/wiki-backup-1  1m05s  Backup InProgress: 12/40 items`.
 pub fn line(op: &Operation, now: Timestamp) -> String {
     let status = op.status.as_ref();
-    let phase = status.and_then(|s| s.phase).map_or("Pending", phase_name);
+    let phase = status.and_then(|s| s.phase).map_or("Pending", OperationPhase::as_str);
     let child = status
         .and_then(|s| s.children.last())
         .map(|c| match &c.namespace {
@@ -68,16 +68,6 @@ pub fn line(op: &Operation, now: Timestamp) -> String {
     // One line, whatever the message holds.
     let message: String = message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     format!("{} {phase}  {child}  {elapsed}  {message}", op.name_any())
-}
-
-fn phase_name(phase: OperationPhase) -> &'static str {
-    match phase {
-        OperationPhase::Pending => "Pending",
-        OperationPhase::Running => "Running",
-        OperationPhase::Succeeded => "Succeeded",
-        OperationPhase::Failed => "Failed",
-        OperationPhase::Expired => "Expired",
-    }
 }
 
 /// Prints progress lines: on a terminal one line rewritten in place, otherwise a plain
