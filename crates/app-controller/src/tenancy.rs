@@ -23,7 +23,12 @@
 //! binding deleted by hand is re-applied at the next start; meanwhile the engine reports the
 //! missing rights itself.
 
-use std::{collections::HashSet, fmt, str::FromStr, sync::Mutex};
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    str::FromStr,
+    sync::{Arc, Mutex},
+};
 
 use controller_kit::{ControllerMetrics, WriteVerb};
 use k8s_openapi::api::{
@@ -104,12 +109,18 @@ impl TenancyError {
     }
 }
 
+/// `(app namespace, target namespace)`.
+type NamespacePair = (String, String);
+
 /// Ensures the release identity and Pod Security labels; remembers what it has ensured.
 pub struct Tenancy {
     field_manager: &'static str,
     pod_security: PodSecurityEnforce,
     /// `(app namespace, target namespace)` pairs already ensured by this process.
     ensured: Mutex<HashSet<(String, String)>>,
+    /// One lock per pair: the reconciles of many apps of one namespace (all of them after a
+    /// start) wait for the first to ensure it instead of each applying the same objects.
+    pending: Mutex<HashMap<NamespacePair, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Tenancy {
@@ -118,6 +129,7 @@ impl Tenancy {
             field_manager,
             pod_security,
             ensured: Mutex::new(HashSet::new()),
+            pending: Mutex::new(HashMap::new()),
         }
     }
 
@@ -146,6 +158,18 @@ impl Tenancy {
         target_ns: &str,
     ) -> Result<(), TenancyError> {
         let key = (app_ns.to_owned(), target_ns.to_owned());
+        if self.is_ensured(&key) {
+            return Ok(());
+        }
+        let pair_lock = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let _one_at_a_time = pair_lock.lock().await;
+        // Whoever held the lock before may have ensured the pair meanwhile.
         if self.is_ensured(&key) {
             return Ok(());
         }
@@ -455,6 +479,31 @@ mod io_tests {
         assert!(first.is_ok(), "{first:?}");
         assert_eq!(bodies[3], Some(namespace_labels("shared", "restricted")));
         assert_eq!(bodies[6], Some(role_binding("shared", "team-a")));
+    }
+
+    /// Many reconciles of one namespace at once (every app after a start) ensure it once: the
+    /// others wait for the first and send nothing.
+    #[tokio::test]
+    async fn concurrent_ensures_of_one_namespace_write_once() {
+        let (client, mut server) = test_support::pair();
+        let metrics = controller_kit::Metrics::new("test").controller("test");
+        let tenancy = Tenancy::new("test-manager", PodSecurityEnforce::None);
+        let script = vec![
+            ok(
+                Method::PATCH,
+                "/api/v1/namespaces/team-a/serviceaccounts/vworkspace-release",
+            ),
+            ok(
+                Method::PATCH,
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/vworkspace-release",
+            ),
+        ];
+        let all = futures::future::join_all((0..8).map(|_| tenancy.ensure(&client, &metrics, "team-a", "team-a")));
+        let (results, _) = server
+            .run(script, all)
+            .await
+            .expect("eight ensures made the scripted requests once");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
     }
 
     /// A missing target namespace is reported before any write, so the apply cannot create it;

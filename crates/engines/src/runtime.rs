@@ -657,8 +657,8 @@ async fn write_status<D: Driver>(
         "kind": "Operation",
         "status": next,
     });
-    if let Some(version) = resource_version {
-        patch["metadata"] = serde_json::json!({"resourceVersion": version});
+    if let (Some(version), Some(fields)) = (resource_version, patch.as_object_mut()) {
+        fields.insert("metadata".to_owned(), serde_json::json!({"resourceVersion": version}));
     }
     ctx.metrics.api_write(WriteVerb::Apply, "Operation");
     ops.patch_status(
