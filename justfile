@@ -11,11 +11,13 @@ default:
 generate:
     cargo run -q -p crdgen -- deploy/crds
 
-# Fail if deploy/crds/ differs from what crates/api generates.
+# Fail if a generated file is stale: deploy/crds/ (crates/api), the Flux manifests, the Helm
+# chart, deploy/monitoring/prometheusrule.yaml (deploy/monitoring/rules.yaml).
 check-generated:
     cargo run -q -p crdgen -- --check deploy/crds
     hack/gen-flux-manifests.sh --check
     hack/gen-chart.py --check
+    hack/gen-monitoring.py --check
 
 # Format all Rust code.
 fmt:
@@ -44,6 +46,16 @@ install-plugin:
 unit:
     cargo test --workspace --exclude e2e
 
+# The monitoring kit's alerting rules (deploy/monitoring/, docs/operations/README.md):
+# `promtool check rules` and `promtool test rules` (one test file per alert). promtool is
+# built once from the Go module proxy into the cache (hack/build-promtool.sh).
+monitoring-check:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    promtool=$(hack/build-promtool.sh)
+    "$promtool" check rules deploy/monitoring/rules.yaml
+    "$promtool" test rules deploy/monitoring/tests/*.yaml
+
 # Build (cached) and start the local cluster: etcd, kube-*, kwok, Flux, chart repo.
 cluster-up:
     hack/cluster.sh up
@@ -64,8 +76,9 @@ in-cluster +cmd:
 e2e *args:
     hack/e2e.sh {{args}}
 
-# Everything CI runs: generated files, format, dependency policy, lint, unit tests, e2e.
-test: check-generated fmt-check deny lint unit e2e
+# Everything CI runs: generated files, format, dependency policy, lint, unit tests, the
+# monitoring kit's rules, e2e.
+test: check-generated fmt-check deny lint unit monitoring-check e2e
 
 # The main job: a real local cluster with the operator and a sample app (`just demo push`:
 # the agent in push mode, the simulator calling it).

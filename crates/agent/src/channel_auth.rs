@@ -118,6 +118,16 @@ impl TokenReviewAuth {
             "Status channel streams refused, by reason (missing_token, unauthenticated, not_allowed, unavailable)",
             refused.clone(),
         );
+        // Every reason at zero from the start: a refusal shows as an increase, not as a
+        // series appearing (which `rate()` and alerts miss).
+        for reason in [
+            Refused::MissingToken,
+            Refused::Unauthenticated(String::new()),
+            Refused::NotAllowed(String::new()),
+            Refused::Unavailable(String::new()),
+        ] {
+            drop(refused.get_or_create(&RefusedLabels { reason: reason.label() }));
+        }
         Self {
             client,
             audience,

@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use api::EngineKind;
+use api::{ApplicationInstance, EngineKind};
 use app_controller::{
     controller::{self, Settings},
     reconciler::{CONTROLLER, Context, Engines, FIELD_MANAGER},
@@ -16,7 +16,13 @@ use helmengine::{
     argocd::{ArgoCdEngine, ArgoCdSettings},
     flux::FluxEngine,
 };
-use kube::runtime::events::{Recorder, Reporter};
+use kube::{
+    core::DeserializeGuard,
+    runtime::{
+        events::{Recorder, Reporter},
+        reflector::Store,
+    },
+};
 
 const NAME: &str = "vworkspace-app-controller";
 
@@ -122,20 +128,32 @@ async fn main() -> anyhow::Result<()> {
                 watched: engines.watched_kinds(),
             };
             let publisher = controller_kit_publisher(&cli.common, NAME);
+            publisher.register_metrics(&rt.metrics);
             let ctx_client = client.clone();
-            let make_context = move |store| Context {
-                client: ctx_client,
-                engines,
-                scope: rt.scope,
-                namespace_pairs: cli.allowed_namespace_pairs,
-                repositories: cli.repositories.policy(),
-                gate: rt.gate,
-                metrics: controller_metrics,
-                recorder,
-                store,
-                failures: controller::failures(),
-                publisher,
-                tenancy: Tenancy::new(FIELD_MANAGER, cli.pod_security_enforce),
+            // Readiness gauges, from the controller's own cache (app_metrics.rs).
+            let app_metrics = app_controller::app_metrics::AppMetrics::register(&rt.metrics);
+            let (metrics_gate, metrics_shutdown) = (rt.gate.clone(), rt.shutdown.clone());
+            let make_context = move |store: Store<DeserializeGuard<ApplicationInstance>>| {
+                tokio::spawn(app_controller::app_metrics::run(
+                    store.clone(),
+                    app_metrics,
+                    metrics_gate,
+                    metrics_shutdown,
+                ));
+                Context {
+                    client: ctx_client,
+                    engines,
+                    scope: rt.scope,
+                    namespace_pairs: cli.allowed_namespace_pairs,
+                    repositories: cli.repositories.policy(),
+                    gate: rt.gate,
+                    metrics: controller_metrics,
+                    recorder,
+                    store,
+                    failures: controller::failures(),
+                    publisher,
+                    tenancy: Tenancy::new(FIELD_MANAGER, cli.pod_security_enforce),
+                }
             };
             controller::run(client, settings, make_context, rt.readiness, rt.shutdown).await;
             Ok::<_, Never>(())

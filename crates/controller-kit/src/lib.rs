@@ -45,7 +45,7 @@ pub mod telemetry;
 pub use admin::Readiness;
 pub use args::CommonArgs;
 pub use leader::{LeaderElection, LeaderGate};
-pub use metrics::{ControllerMetrics, Metrics, WriteVerb};
+pub use metrics::{ControllerMetrics, GaugeSnapshot, Metrics, WriteVerb};
 pub use namespaces::{NamespacePolicy, WatchScope};
 pub use retry::RetryBackoff;
 pub use runtime::Runtime;

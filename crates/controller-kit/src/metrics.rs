@@ -24,7 +24,9 @@
 //! names, kinds, error `metric_label()`s), which bounds cardinality at compile time.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     fmt,
+    hash::Hash,
     sync::{Arc, Mutex, PoisonError},
     time::Instant,
 };
@@ -321,6 +323,79 @@ impl ControllerMetrics {
     }
 }
 
+/// Calls `refresh` every `period` while this replica leads and `clear` while it does not, until
+/// `shutdown`: gauges computed from a cache are reported by the leader only, so a sum over
+/// replicas counts each object once.
+pub async fn refresh_while_leading(
+    period: std::time::Duration,
+    gate: &crate::LeaderGate,
+    shutdown: &crate::CancellationToken,
+    mut clear: impl FnMut(),
+    mut refresh: impl FnMut(),
+) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        if gate.is_leader() { refresh() } else { clear() }
+    }
+}
+
+/// A gauge family whose whole content is replaced at once from a computed snapshot (counts
+/// of objects by labels, per-object timestamps): label sets missing from the new snapshot are
+/// removed, so an object or namespace that went away leaves no stale series. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct GaugeSnapshot<L> {
+    family: Family<L, Gauge>,
+    keys: Arc<Mutex<BTreeSet<L>>>,
+}
+
+impl<L> GaugeSnapshot<L>
+where
+    L: Clone + Hash + Eq + Ord + EncodeLabelSet + fmt::Debug + Send + Sync + 'static,
+{
+    /// Creates the family and registers it as `name` in `metrics` (with its prefix).
+    pub fn register(metrics: &Metrics, name: &str, help: &str) -> Self {
+        let family = Family::<L, Gauge>::default();
+        metrics.register(name, help, family.clone());
+        Self {
+            family,
+            keys: Arc::default(),
+        }
+    }
+
+    /// Sets the family to exactly `values`.
+    pub fn replace(&self, values: &BTreeMap<L, i64>) {
+        self.replace_part(|_| true, values);
+    }
+
+    /// Sets the part of the family whose label sets satisfy `part` to exactly `values`
+    /// (which should all satisfy it), leaving the other series alone: for several writers
+    /// sharing one family, each owning a part of it.
+    pub fn replace_part(&self, part: impl Fn(&L) -> bool, values: &BTreeMap<L, i64>) {
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        keys.retain(|k| {
+            let gone = part(k) && !values.contains_key(k);
+            if gone {
+                self.family.remove(k);
+            }
+            !gone
+        });
+        for (labels, value) in values {
+            self.family.get_or_create(labels).set(*value);
+            keys.insert(labels.clone());
+        }
+    }
+
+    /// Removes every series.
+    pub fn clear(&self) {
+        self.replace(&BTreeMap::new());
+    }
+}
+
 /// Records the reconcile duration when dropped, so every exit path (`?` included) is measured.
 #[must_use = "the duration is recorded when the timer is dropped; bind it with `let _timer = ...`"]
 #[derive(Debug)]
@@ -421,6 +496,48 @@ mod tests {
             text.contains("x_api_writes_total{controller=\"backup\",verb=\"apply\",kind=\"HelmRelease\"} 0"),
             "{text}"
         );
+    }
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+    struct NsLabels {
+        namespace: String,
+    }
+
+    #[test]
+    fn gauge_snapshots_replace_their_whole_content() {
+        let metrics = Metrics::new("x");
+        let gauges = GaugeSnapshot::<NsLabels>::register(&metrics, "apps", "Apps by namespace");
+        let ns = |n: &str| NsLabels { namespace: n.into() };
+        // (snapshot, lines expected, lines that must be gone)
+        type Case<'a> = (Vec<(&'a str, i64)>, &'a [&'a str], &'a [&'a str]);
+        let cases: [Case<'_>; 3] = [
+            (
+                vec![("a", 2), ("b", 1)],
+                &["x_apps{namespace=\"a\"} 2", "x_apps{namespace=\"b\"} 1"],
+                &[],
+            ),
+            (vec![("b", 3)], &["x_apps{namespace=\"b\"} 3"], &["namespace=\"a\""]),
+            // Empty: prometheus-client prints nothing of a family without series.
+            (vec![], &[], &["x_apps{"]),
+        ];
+        for (snapshot, present, absent) in cases {
+            gauges.replace(&snapshot.iter().map(|(n, v)| (ns(n), *v)).collect());
+            let text = metrics.encode().unwrap();
+            for needle in present {
+                assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+            }
+            for needle in absent {
+                assert!(!text.contains(needle), "unexpected {needle:?} in:\n{text}");
+            }
+        }
+        // A part: only the series it selects are replaced.
+        gauges.replace(&[(ns("a"), 1), (ns("b"), 1)].into_iter().collect());
+        gauges.replace_part(|l| l.namespace == "a", &BTreeMap::new());
+        let text = metrics.encode().unwrap();
+        assert!(!text.contains("namespace=\"a\""), "{text}");
+        assert!(text.contains("x_apps{namespace=\"b\"} 1"), "{text}");
+        gauges.clear();
+        assert!(!metrics.encode().unwrap().contains("namespace="));
     }
 
     #[test]

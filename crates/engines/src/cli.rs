@@ -26,6 +26,8 @@ type StartController =
 pub struct EngineMain {
     name: &'static str,
     controllers: Vec<StartController>,
+    /// The Operation types of the drivers, for the Operation metrics ([`crate::metrics`]).
+    types: Vec<api::OperationType>,
 }
 
 impl EngineMain {
@@ -34,11 +36,13 @@ impl EngineMain {
         Self {
             name,
             controllers: Vec::new(),
+            types: Vec::new(),
         }
     }
 
     /// Adds a controller for `driver`.
     pub fn driver<D: Driver>(mut self, driver: D) -> Self {
+        self.types.push(driver.op_type());
         self.controllers
             .push(Box::new(move |client, settings, synced, shutdown| {
                 Box::pin(runtime::run(client, driver, settings, synced, shutdown))
@@ -86,6 +90,12 @@ impl EngineMain {
                         instance: Some(common.identity.clone()),
                     },
                 );
+                let publisher = status_channel::Publisher::from_flag(
+                    common.status_channel_endpoint.as_deref(),
+                    name,
+                    &common.identity,
+                );
+                publisher.register_metrics(&rt.metrics);
                 let settings = EngineSettings {
                     name,
                     field_manager,
@@ -94,20 +104,24 @@ impl EngineMain {
                     gate: rt.gate,
                     metrics: rt.metrics,
                     recorder,
-                    publisher: status_channel::Publisher::from_flag(
-                        common.status_channel_endpoint.as_deref(),
-                        name,
-                        &common.identity,
-                    ),
+                    publisher,
                 };
                 let synced = SyncTracker::new(self.controllers.len(), rt.readiness);
                 let client = rt.client;
                 let shutdown = rt.shutdown;
+                let observer = crate::metrics::observe_all(
+                    client.clone(),
+                    settings.scope.clone(),
+                    self.types,
+                    settings.metrics.clone(),
+                    settings.gate.clone(),
+                    shutdown.clone(),
+                );
                 let runs = self
                     .controllers
                     .into_iter()
                     .map(|start| start(client.clone(), settings.clone(), synced.clone(), shutdown.clone()));
-                futures::future::join_all(runs).await;
+                futures::future::join(futures::future::join_all(runs), observer).await;
                 Ok::<_, Never>(())
             })
             .await?;

@@ -10,10 +10,14 @@
 //! | `restore-engine` | [`restore::RestoreDriver`] |
 //! | `upgrade-engine` | [`upgrade::UpgradeDriver`], [`upgrade::RollbackDriver`] |
 //! | `runbook-engine` | [`runbook::RunbookDriver`] |
+//!
+//! Every binary also exports the Operation metrics of its types, and `backup-engine` the
+//! backup schedule gauges ([`metrics`]).
 
 pub mod backup;
 pub mod children;
 pub mod cli;
+pub mod metrics;
 pub mod restore;
 pub mod runbook;
 pub mod runtime;

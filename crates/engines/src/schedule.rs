@@ -119,6 +119,14 @@ pub async fn run(
         // controller's, do not wake this controller; runs and backups do.
         .predicate_filter(predicates::generation, Default::default());
 
+    // The backup schedule gauges, from this controller's cache (crate::metrics).
+    tokio::spawn(crate::metrics::observe_schedules(
+        reader.clone(),
+        settings.metrics.clone(),
+        settings.gate.clone(),
+        shutdown.clone(),
+    ));
+
     controller_kit::controller::on_cache_synced(reader.clone(), move || {
         info!("ApplicationInstance cache synced (backup schedules)");
         synced.synced();

@@ -10,6 +10,10 @@ use std::{
 };
 
 use api::backoff::Backoff;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+};
 use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -51,12 +55,55 @@ struct Counters {
     dropped: AtomicU64,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    result: &'static str,
+}
+
+/// The publisher's metrics (names without the process prefix `vworkspace_`):
+///
+/// | metric | type | labels |
+/// |---|---|---|
+/// | `status_channel_connected` | gauge (0/1): 1 while a stream to the agent is open | |
+/// | `status_channel_connections_total` | counter: streams the agent accepted | |
+/// | `status_channel_events_total` | counter: status events handed to the channel | `result` (`accepted`, `dropped`) |
+///
+/// Registered only for an enabled publisher ([`Publisher::register_metrics`]), so a
+/// process without a status channel shows no `status_channel_connected` series to alert on.
+#[derive(Clone, Debug, Default)]
+struct PublisherMetrics {
+    connected: Gauge,
+    connections: Counter,
+    events: Family<EventLabels, Counter>,
+}
+
+impl PublisherMetrics {
+    fn new() -> Self {
+        let m = Self::default();
+        // Both series exist at zero before the first event.
+        for result in [EVENT_ACCEPTED, EVENT_DROPPED] {
+            drop(m.events.get_or_create(&EventLabels { result }));
+        }
+        m
+    }
+
+    fn event(&self, result: &'static str) {
+        self.events.get_or_create(&EventLabels { result }).inc();
+    }
+}
+
+/// `result` of an event accepted into the buffer.
+const EVENT_ACCEPTED: &str = "accepted";
+/// `result` of an event dropped (buffer full, or too large to send).
+const EVENT_DROPPED: &str = "dropped";
+
 /// A handle to publish status events. Cloning is cheap; publishing never blocks.
 #[derive(Clone, Debug)]
 pub struct Publisher {
     tx: Option<mpsc::Sender<pb::ObjectStatus>>,
     overflow: Arc<AtomicBool>,
     counters: Arc<Counters>,
+    metrics: PublisherMetrics,
 }
 
 impl Publisher {
@@ -66,6 +113,7 @@ impl Publisher {
             tx: None,
             overflow: Arc::default(),
             counters: Arc::default(),
+            metrics: PublisherMetrics::default(),
         }
     }
 
@@ -89,12 +137,39 @@ impl Publisher {
     pub fn spawn(config: PublisherConfig) -> Self {
         let (tx, rx) = mpsc::channel(config.capacity.max(1));
         let overflow = Arc::new(AtomicBool::new(false));
-        tokio::spawn(run(config, rx, overflow.clone()));
+        let metrics = PublisherMetrics::new();
+        tokio::spawn(run(config, rx, overflow.clone(), metrics.clone()));
         Self {
             tx: Some(tx),
             overflow,
             counters: Arc::default(),
+            metrics,
         }
+    }
+
+    /// Registers the channel's metrics in the process registry (with its prefix:
+    /// `vworkspace_status_channel_connected`, `_connections_total`, `_events_total{result}`);
+    /// nothing for a disabled publisher, so only a process with a channel has a
+    /// `status_channel_connected` series to alert on.
+    pub fn register_metrics(&self, metrics: &controller_kit::Metrics) {
+        if !self.is_enabled() {
+            return;
+        }
+        metrics.register(
+            "status_channel_connected",
+            "1 while this process's status channel stream to the agent is open",
+            self.metrics.connected.clone(),
+        );
+        metrics.register(
+            "status_channel_connections",
+            "Status channel streams the agent accepted (reconnections included)",
+            self.metrics.connections.clone(),
+        );
+        metrics.register(
+            "status_channel_events",
+            "Status events handed to the status channel, by result (accepted, dropped)",
+            self.metrics.events.clone(),
+        );
     }
 
     /// Hands `status` to the channel. Never blocks: when the buffer is full the event is
@@ -105,15 +180,18 @@ impl Publisher {
         // let the resync marker repair (the agent re-reads the object from the API).
         let Some(status) = fit(status) else {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            self.metrics.event(EVENT_DROPPED);
             self.overflow.store(true, Ordering::Relaxed);
             return;
         };
         match tx.try_send(status) {
             Ok(()) => {
                 self.counters.published.fetch_add(1, Ordering::Relaxed);
+                self.metrics.event(EVENT_ACCEPTED);
             }
             Err(_) => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                self.metrics.event(EVENT_DROPPED);
                 self.overflow.store(true, Ordering::Relaxed);
             }
         }
@@ -173,7 +251,12 @@ fn backoff(attempt: u32) -> Duration {
     RECONNECT.ceiling(attempt)
 }
 
-async fn run(config: PublisherConfig, mut rx: mpsc::Receiver<pb::ObjectStatus>, overflow: Arc<AtomicBool>) {
+async fn run(
+    config: PublisherConfig,
+    mut rx: mpsc::Receiver<pb::ObjectStatus>,
+    overflow: Arc<AtomicBool>,
+    metrics: PublisherMetrics,
+) {
     let endpoint = match Endpoint::from_shared(config.endpoint.clone()) {
         Ok(e) => e
             .connect_timeout(Duration::from_secs(2))
@@ -247,6 +330,8 @@ async fn run(config: PublisherConfig, mut rx: mpsc::Receiver<pb::ObjectStatus>, 
             }
         };
         attempt = 0;
+        metrics.connected.set(1);
+        metrics.connections.inc();
         loop {
             tokio::select! {
                 next = rx.recv() => {
@@ -271,6 +356,7 @@ async fn run(config: PublisherConfig, mut rx: mpsc::Receiver<pb::ObjectStatus>, 
                 }
             }
         }
+        metrics.connected.set(0);
         tokio::time::sleep(backoff(0)).await;
     }
 }
@@ -341,5 +427,35 @@ mod tests {
         assert!(started.elapsed() < Duration::from_millis(100), "publish must not block");
         assert_eq!(publisher.published() + publisher.dropped(), 100);
         assert!(publisher.dropped() >= 96, "{}", publisher.dropped());
+    }
+
+    #[tokio::test]
+    async fn metrics_count_events_and_show_the_connection_state() {
+        let publisher = Publisher::spawn(PublisherConfig {
+            endpoint: "http://127.0.0.1:1".into(),
+            publisher: "test".into(),
+            instance: "t-0".into(),
+            capacity: 2,
+            token_file: None,
+        });
+        let metrics = controller_kit::Metrics::new("vworkspace");
+        publisher.register_metrics(&metrics);
+        for _ in 0..5 {
+            publisher.publish(pb::ObjectStatus::default());
+        }
+        let text = metrics.encode().unwrap();
+        for needle in [
+            "vworkspace_status_channel_connected 0",
+            "vworkspace_status_channel_connections_total 0",
+            "vworkspace_status_channel_events_total{result=\"accepted\"} 2",
+            "vworkspace_status_channel_events_total{result=\"dropped\"} 3",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+
+        // A disabled publisher registers nothing.
+        let metrics = controller_kit::Metrics::new("vworkspace");
+        Publisher::disabled().register_metrics(&metrics);
+        assert!(!metrics.encode().unwrap().contains("status_channel"));
     }
 }
