@@ -98,18 +98,28 @@ fn flux_crds() -> anyhow::Result<String> {
 }
 
 /// Removes the Flux CRDs from the peer (with every object of theirs) and waits until their
-/// APIs are no longer served.
+/// APIs are no longer served. The delete is issued without `--wait` and re-issued while
+/// polling: one kubectl watch can stall for minutes while a loaded API server re-creates a
+/// CRD's storage, a short poll does not.
 async fn remove_flux(ctx: &TestContext, peer: &Peer) -> anyhow::Result<()> {
-    peer.kubectl(
-        &["delete", "-f", &flux_crds()?, "--ignore-not-found", "--wait=true"],
-        None,
-    )
-    .await?;
+    let crds = flux_crds()?;
     eventually(
         ctx,
         "the peer no longer serves Flux's APIs",
-        Duration::from_secs(60),
+        Duration::from_secs(240),
         || async {
+            peer.kubectl(
+                &[
+                    "delete",
+                    "-f",
+                    &crds,
+                    "--ignore-not-found",
+                    "--wait=false",
+                    "--request-timeout=30s",
+                ],
+                None,
+            )
+            .await?;
             Ok(if peer.serves_flux().await? {
                 Err("still served".to_owned())
             } else {
@@ -369,8 +379,31 @@ async fn clean_up(ctx: &TestContext, peer: &Peer, controller: &mut ControllerPro
     if peer.serves_flux().await? {
         kinds.push_str(",helmreleases.helm.toolkit.fluxcd.io,helmrepositories.source.toolkit.fluxcd.io");
     }
-    peer.kubectl(&["delete", &kinds, "--all", "-n", ns, "--wait=true"], None)
-        .await?;
+    eventually(
+        ctx,
+        &format!("no {kinds} left in {ns} on the peer"),
+        Duration::from_secs(240),
+        || async {
+            peer.kubectl(
+                &[
+                    "delete",
+                    &kinds,
+                    "--all",
+                    "-n",
+                    ns,
+                    "--wait=false",
+                    "--request-timeout=30s",
+                ],
+                None,
+            )
+            .await?;
+            let left = peer
+                .kubectl(&["get", &kinds, "-n", ns, "-o", "name", "--request-timeout=30s"], None)
+                .await?;
+            Ok(if left.trim().is_empty() { Ok(()) } else { Err(left) })
+        },
+    )
+    .await?;
     remove_flux(ctx, peer).await?;
     peer.kubectl(&["delete", "namespace", ns, "--wait=false"], None).await?;
     let finalize = json!({
