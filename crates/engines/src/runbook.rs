@@ -97,6 +97,11 @@ impl Driver for RunbookDriver {
         false
     }
 
+    fn ends_from_child_events(&self) -> bool {
+        // The Job is built from the Operation alone and found in the Job watch's cache.
+        true
+    }
+
     fn poll_interval(&self) -> Duration {
         // The Job watch wakes us on every change; this is only a safety net.
         Duration::from_secs(60)

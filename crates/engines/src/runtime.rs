@@ -18,9 +18,13 @@
 //! 6. the driver creates or reads its children and reports an [`Outcome`]; a child already in
 //!    the cache of the child watch is taken from there (the event that woke the reconcile is
 //!    in it) instead of being read again;
-//! 7. the status is written only when it changed (no writes at rest); the write that ends the
-//!    Operation carries the `resourceVersion` it was decided on, like the claim, so the end
-//!    and its Event are written once even when a stale copy is reconciled.
+//! 7. the status is written only when it changed (no writes at rest); every write of a started
+//!    Operation, and every end, carries the `resourceVersion` it was decided on, like the claim,
+//!    so the end and its Event are written once even when a stale copy is reconciled.
+//!
+//! A driver that decides from its children's cache alone ([`Driver::ends_from_child_events`])
+//! also gets a fast lane: a child's event that ends its Operation is written at once instead of
+//! waiting in the work queue behind every start queued before it ([`end_from_child_event`]).
 
 use std::{
     future::Future,
@@ -70,6 +74,22 @@ const FOLLOWER_RECHECK: Duration = Duration::from_secs(5);
 /// How soon an Operation whose end lost to a newer version looks again (the watch usually
 /// delivers that version first).
 const STALE_END_RECHECK: Duration = Duration::from_secs(1);
+/// Child events waiting for the fast lane; when full, the work queue alone handles them.
+const FAST_END_BUFFER: usize = 1024;
+/// Ends the fast lane writes at once.
+const FAST_END_CONCURRENCY: usize = 8;
+/// Tries of the fast lane for one event, and the wait after one lost to a newer version.
+const FAST_END_ATTEMPTS: usize = 3;
+const FAST_END_STALE_WAIT: Duration = Duration::from_millis(50);
+
+/// What one try of the fast lane did.
+#[derive(Debug, PartialEq, Eq)]
+enum FastEnd {
+    /// Ended the Operation, or left it to the work queue.
+    Done,
+    /// Decided on a stale copy: the write lost with a conflict.
+    Stale,
+}
 
 /// Errors of one reconcile. Kubernetes errors are retried with backoff; domain errors are
 /// permanent (the spec is immutable) and end the Operation `Failed` instead.
@@ -129,6 +149,14 @@ pub trait Driver: Send + Sync + 'static {
     /// children's end sooner.
     fn reads_application_once_started(&self) -> bool {
         true
+    }
+
+    /// Whether [`Driver::drive`] of a started Operation decides from [`Cx::cached_children`]
+    /// alone, without API calls or [`Cx::app`]. Then a child's event that ends the Operation
+    /// is acted on at once, outside the work queue (where it would wait behind every start
+    /// queued before it); see [`end_from_child_event`].
+    fn ends_from_child_events(&self) -> bool {
+        false
     }
 
     /// While Running, look again this often even when no watch fires.
@@ -313,6 +341,13 @@ pub async fn run<D: Driver>(
 
     let mut controller = Controller::for_stream(op_stream, reader.clone());
     let mut cached_children = ChildCache::default();
+    // The fast lane for ends decided from a child's event (`Driver::ends_from_child_events`).
+    let (ended_tx, ended_rx) = if driver.ends_from_child_events() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<OpRef>(FAST_END_BUFFER);
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
     for watch in driver.watches() {
         controller = match watch {
             Watch::Owned(resource) => {
@@ -325,11 +360,20 @@ pub async fn run<D: Driver>(
                 cached_children.stores.push((resource.clone(), writer.as_reader()));
                 // With backoff: a refused or failing watch must not retry in a hot loop. The
                 // cache is written before the event is passed on, so a reconcile finds it there.
+                let ended = ended_tx.clone();
                 let stream = watcher(api, config)
                     .default_backoff()
                     .modify(|child| child.managed_fields_mut().clear())
                     .reflect(writer)
-                    .touched_objects();
+                    .touched_objects()
+                    .inspect(move |child| {
+                        if let (Some(sender), Ok(child)) = (&ended, child)
+                            && let Some(owner) = operation_owner(child)
+                        {
+                            // Full: the work queue still has the event.
+                            let _ = sender.try_send(owner);
+                        }
+                    });
                 controller.owns_stream_with(stream, resource)
             }
             Watch::Labelled { resource, namespace } => {
@@ -377,6 +421,30 @@ pub async fn run<D: Driver>(
         // 1 s doubling to 5 min.
         failures: RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(300)),
     });
+    drop(ended_tx);
+    if let Some(mut ended) = ended_rx {
+        let (ctx, store) = (ctx.clone(), reader.clone());
+        // Ends when the child watches (the senders) are dropped with the controller.
+        tokio::spawn(
+            futures::stream::poll_fn(move |cx| ended.poll_recv(cx)).for_each_concurrent(FAST_END_CONCURRENCY, move |op_ref| {
+                let (ctx, store) = (ctx.clone(), store.clone());
+                async move {
+                    // A conflict means the copy was stale (a Running write of the work queue
+                    // landed first): look again once the watch brought the newer version.
+                    for _ in 0..FAST_END_ATTEMPTS {
+                        match end_from_child_event(&op_ref, &store, &ctx).await {
+                            Ok(FastEnd::Stale) => tokio::time::sleep(FAST_END_STALE_WAIT).await,
+                            Ok(FastEnd::Done) => break,
+                            Err(e) => {
+                                debug!(error = %e, operation = %op_ref, "ending from a child's event failed; the work queue retries");
+                                break;
+                            }
+                        }
+                    }
+                }
+            }),
+        );
+    }
     controller
         .with_config(Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -387,6 +455,70 @@ pub async fn run<D: Driver>(
         })
         .await;
     info!(r#type = op_type.as_str(), "controller stopped");
+}
+
+/// The Operation a child belongs to (its controller owner reference).
+fn operation_owner(child: &DynamicObject) -> Option<OpRef> {
+    let owner = child
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "Operation" && o.api_version == api::API_VERSION)?;
+    Some(OpRef::new(&owner.name).within(&child.namespace()?))
+}
+
+/// The fast lane: a child's event that ends its started Operation writes the end at once
+/// instead of waiting in the work queue. It only ever writes an end, conditional on the
+/// `resourceVersion` it was decided on, like every status write of a started Operation
+/// ([`finish`]); so whichever of it and the work queue writes first wins, the other loses
+/// with a conflict, and the end and its Event are written once. Anything else (not leading,
+/// not started, not ended, a child not in the cache) is left to the work queue, which has the
+/// same event.
+async fn end_from_child_event<D: Driver>(
+    op_ref: &OpRef,
+    store: &Store<DeserializeGuard<Operation>>,
+    ctx: &Context<D>,
+) -> Result<FastEnd, DriverError> {
+    let Some(guard) = store.get(op_ref) else {
+        return Ok(FastEnd::Done);
+    };
+    let Ok(op) = &guard.0 else {
+        return Ok(FastEnd::Done);
+    };
+    let namespace = op.namespace().unwrap_or_default();
+    let phase = op.status.as_ref().and_then(|s| s.phase);
+    let started = op.status.as_ref().is_some_and(|s| s.start_time.is_some());
+    if !ctx.settings.gate.is_leader()
+        || !started
+        || phase.is_some_and(OperationPhase::is_terminal)
+        || !ctx.settings.scope.allows(&namespace)
+    {
+        return Ok(FastEnd::Done);
+    }
+    let now = Timestamp::now();
+    let cx = Cx {
+        client: ctx.client.clone(),
+        op: op.clone(),
+        app: None,
+        siblings: Vec::new(),
+        cached_children: ctx.cached_children.clone(),
+        scope: ctx.settings.scope.clone(),
+        field_manager: ctx.settings.field_manager,
+        metrics: ctx.metrics.clone(),
+        now,
+    };
+    let outcome = match ctx.driver.drive(&cx).await {
+        Ok(outcome) => outcome,
+        Err(DriverError::Domain(e)) => e.outcome(),
+        Err(e) => return Err(e),
+    };
+    if !outcome.phase().is_terminal() {
+        return Ok(FastEnd::Done);
+    }
+    let ops: Api<Operation> = Api::namespaced(ctx.client.clone(), &namespace);
+    Ok(match record(&ops, &cx.op, outcome, ctx, now).await? {
+        Recorded::Stale => FastEnd::Stale,
+        Recorded::Current | Recorded::Terminal => FastEnd::Done,
+    })
 }
 
 /// Unfinished Operations (in `store`) of the application `namespace/app`.
@@ -608,6 +740,32 @@ async fn finish<D: Driver>(
     now: Timestamp,
     requeue: Option<Duration>,
 ) -> Result<Action, DriverError> {
+    Ok(match record(ops, op, outcome, ctx, now).await? {
+        Recorded::Stale => Action::requeue(STALE_END_RECHECK),
+        Recorded::Terminal => Action::await_change(),
+        Recorded::Current => requeue.map_or_else(Action::await_change, Action::requeue),
+    })
+}
+
+/// What [`record`] did.
+#[derive(Debug, PartialEq, Eq)]
+enum Recorded {
+    /// The status is current (written, or unchanged) and not terminal.
+    Current,
+    /// The status is terminal (written now, or before).
+    Terminal,
+    /// Decided on a stale copy: the write lost with a conflict and nothing was written.
+    Stale,
+}
+
+/// Writes the status for `outcome` if it changed, and the Event of an end.
+async fn record<D: Driver>(
+    ops: &Api<Operation>,
+    op: &Operation,
+    outcome: Outcome,
+    ctx: &Context<D>,
+    now: Timestamp,
+) -> Result<Recorded, DriverError> {
     let next = status::next_status(op.status.as_ref(), op.metadata.generation, outcome, now);
     if status::needs_write(op.status.as_ref(), &next) {
         let was_terminal = op
@@ -616,14 +774,19 @@ async fn finish<D: Driver>(
             .and_then(|s| s.phase)
             .is_some_and(OperationPhase::is_terminal);
         let ends = next.phase.filter(|p| p.is_terminal() && !was_terminal);
-        // The end is written once: conditional on the resourceVersion it was decided on, so a
-        // reconcile of a stale copy (our own end not yet in the cache) loses instead of
-        // writing it and its Event again. The watch brings the fresh copy.
-        let precondition = ends.and(op.metadata.resource_version.as_deref());
+        // Every write of a started Operation (and every end) is conditional on the
+        // resourceVersion it was decided on: a reconcile of a stale copy (our own end not yet
+        // in the cache, or an end the fast lane wrote meanwhile) loses instead of writing the
+        // end and its Event again or turning an ended Operation back to Running. The watch
+        // brings the fresh copy.
+        let started = op.status.as_ref().is_some_and(|s| s.start_time.is_some());
+        let precondition = (started || ends.is_some())
+            .then_some(op.metadata.resource_version.as_deref())
+            .flatten();
         match write_status(ops, op, &next, precondition, ctx).await {
             Err(DriverError::Kube(kube::Error::Api(status))) if precondition.is_some() && status.is_conflict() => {
-                debug!("the end was decided on a stale copy; looking again");
-                return Ok(Action::requeue(STALE_END_RECHECK));
+                debug!("the status was decided on a stale copy; looking again");
+                return Ok(Recorded::Stale);
             }
             written => written?,
         }
@@ -638,10 +801,10 @@ async fn finish<D: Driver>(
             publish(ctx, op, type_, reason, note).await;
         }
     }
-    let terminal = next.phase.is_some_and(OperationPhase::is_terminal);
-    Ok(match (terminal, requeue) {
-        (true, _) | (false, None) => Action::await_change(),
-        (false, Some(after)) => Action::requeue(after),
+    Ok(if next.phase.is_some_and(OperationPhase::is_terminal) {
+        Recorded::Terminal
+    } else {
+        Recorded::Current
     })
 }
 

@@ -158,7 +158,7 @@ fn phase(write: &Seen) -> anyhow::Result<&str> {
 /// Starting is a claim: the Running write carries the resourceVersion the decision was
 /// made on, it is a forced apply with the engine's field manager, one `Started` Event
 /// follows, and the driver acts on the Operation as the claim returned it. Its progress
-/// is then written without a resourceVersion.
+/// is then written conditional on the claimed copy's resourceVersion.
 #[tokio::test]
 async fn start_claims_with_the_resource_version_then_drives() -> anyhow::Result<()> {
     let (ctx, mut server) = context(Fake::reporting(running("Backup InProgress")), None)?;
@@ -203,7 +203,10 @@ async fn start_claims_with_the_resource_version_then_drives() -> anyhow::Result<
 
     let progress = &seen[4];
     let body = progress.body()?;
-    ensure!(body.get("metadata").is_none(), "progress is not conditional: {body}");
+    ensure!(
+        body["metadata"] == json!({"resourceVersion": "42"}),
+        "progress is conditional on the claimed copy: {body}"
+    );
     ensure!(
         body["status"]["conditions"][0]["message"] == "Backup InProgress",
         "{body}"
@@ -301,23 +304,95 @@ async fn the_end_is_written_once_with_one_event() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The end decided on a stale copy (our own end is not in the cache yet) loses with a
-/// conflict: no second Event, no failure counted, a look again soon.
+/// A status decided on a stale copy loses with a conflict: an end (our own end is not in the
+/// cache yet) gets no second Event, a Running write (an end written meanwhile) does not turn
+/// the ended Operation back to Running; no failure counted, a look again soon.
 #[tokio::test]
-async fn an_end_decided_on_a_stale_copy_is_not_written_twice() -> anyhow::Result<()> {
-    let (ctx, mut server) = context(
-        Fake::reporting(Outcome::failed("BackoffLimitExceeded", "Job wiki-backup-1 failed")),
-        None,
-    )?;
+async fn a_status_decided_on_a_stale_copy_is_not_written() -> anyhow::Result<()> {
+    let ended = Outcome::failed("BackoffLimitExceeded", "Job wiki-backup-1 failed");
+    for outcome in [ended, running("Backup InProgress")] {
+        let (ctx, mut server) = context(Fake::reporting(outcome.clone()), None)?;
+        let op = operation("43", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
+        let mut script = reads_once_started();
+        script.push(Step::fail(Method::PATCH, OP_STATUS_PATH, 409, "Conflict"));
+        let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+        ensure!(
+            matches!(&result, Ok(a) if *a == Action::requeue(STALE_END_RECHECK)),
+            "{outcome:?}: {result:?}"
+        );
+        ensure!(seen.len() == 2, "{outcome:?}: nothing after the lost write: {seen:?}");
+        ensure!(
+            seen[1].body()?["metadata"] == json!({"resourceVersion": "43"}),
+            "{outcome:?}: {seen:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A store holding `op`, as the Operation watch would.
+fn store_of(op: &Operation) -> Store<DeserializeGuard<Operation>> {
+    let (reader, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Apply(DeserializeGuard(Ok(op.clone()))));
+    reader
+}
+
+/// The fast lane: a child's event that ends a started Operation writes the end at once,
+/// conditional on the cached copy's resourceVersion, with its Event; nothing else is read.
+#[tokio::test]
+async fn the_fast_lane_writes_an_end_from_the_caches() -> anyhow::Result<()> {
+    let mut driver = Fake::reporting(Outcome::failed("BackoffLimitExceeded", "Job wiki-backup-1 failed"));
+    driver.reads_application = false;
+    let (ctx, mut server) = context(driver, None)?;
     let op = operation("43", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
-    let mut script = reads_once_started();
-    script.push(Step::fail(Method::PATCH, OP_STATUS_PATH, 409, "Conflict"));
-    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    let store = store_of(&op);
+    let op_ref = ObjectRef::from_obj(&DeserializeGuard(Ok(op.clone())));
+    let script = vec![
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ];
+    let (result, seen) = server.run(script, end_from_child_event(&op_ref, &store, &ctx)).await?;
+    ensure!(matches!(result, Ok(FastEnd::Done)), "{result:?}");
+    ensure!(phase(&seen[0])? == "Failed", "{seen:?}");
+    ensure!(seen[0].body()?["metadata"] == json!({"resourceVersion": "43"}));
+    ensure!(seen[1].body()?["reason"] == "Failed");
+
+    // Lost to a newer version: nothing else written, the caller looks again.
+    let script = vec![Step::fail(Method::PATCH, OP_STATUS_PATH, 409, "Conflict")];
+    let (result, seen) = server.run(script, end_from_child_event(&op_ref, &store, &ctx)).await?;
+    ensure!(matches!(result, Ok(FastEnd::Stale)), "{result:?}");
+    ensure!(seen.len() == 1, "{seen:?}");
+    Ok(())
+}
+
+/// The fast lane leaves to the work queue what does not end a started Operation: progress,
+/// and an Operation not started yet (its start needs the queue's fresh sibling list).
+#[tokio::test]
+async fn the_fast_lane_writes_nothing_but_ends_of_started_operations() -> anyhow::Result<()> {
+    let mut driver = Fake::reporting(running("Job running"));
+    driver.reads_application = false;
+    let (ctx, mut server) = context(driver, None)?;
+    let started = operation("43", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
+    let op_ref = ObjectRef::from_obj(&DeserializeGuard(Ok(started.clone())));
+    let (result, seen) = server
+        .run(Vec::new(), end_from_child_event(&op_ref, &store_of(&started), &ctx))
+        .await?;
     ensure!(
-        matches!(&result, Ok(a) if *a == Action::requeue(STALE_END_RECHECK)),
-        "{result:?}"
+        matches!(result, Ok(FastEnd::Done)) && seen.is_empty(),
+        "{result:?} {seen:?}"
     );
-    ensure!(seen.len() == 2, "no Event after the lost end: {seen:?}");
+
+    let mut driver = Fake::reporting(Outcome::failed("BackoffLimitExceeded", "Job wiki-backup-1 failed"));
+    driver.reads_application = false;
+    let (ctx, mut server) = context(driver, None)?;
+    let pending = operation("41", None)?;
+    let (result, seen) = server
+        .run(Vec::new(), end_from_child_event(&op_ref, &store_of(&pending), &ctx))
+        .await?;
+    ensure!(
+        matches!(result, Ok(FastEnd::Done)) && seen.is_empty(),
+        "{result:?} {seen:?}"
+    );
+    ensure!(ctx.driver.driven().is_empty(), "not driven before the start");
     Ok(())
 }
 
