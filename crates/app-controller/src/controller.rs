@@ -3,18 +3,22 @@
 //! - ApplicationInstances: guarded against malformed objects, `managedFields` stripped,
 //!   filtered by generation (+ finalizers) so our own status writes do not re-trigger.
 //! - The engine objects each engine names ([`helmengine::Engine::watched_kinds`]: for Flux
-//!   HelmReleases and their managed sources, linked by owner references; for Argo CD
+//!   HelmReleases linked by owner references and the sources apps read from; for Argo CD
 //!   Applications in Argo CD's namespace, linked by labels), metadata only: engine status
-//!   changes wake the ApplicationInstance at once. Nothing here names an engine type.
+//!   changes wake the ApplicationInstance at once. Kinds with few objects read by many apps
+//!   (shared sources) are watched whole and wake their readers only when what those see
+//!   changes. Nothing here names an engine type.
+//! - Both: the one event of a version a reconcile wrote and already acted on is dropped
+//!   ([`SeenVersions`]).
 //! - ConfigMaps, metadata only: a change wakes every ApplicationInstance referencing it
 //!   (no polling). Secrets are not watched: the controller has no right to read them
 //!   (a Secret's metadata can carry its data in kubectl's last-applied annotation); Flux
 //!   reacts to Secrets labelled `reconcile.fluxcd.io/watch: Enabled` itself.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use api::{ApplicationInstance, ValuesSourceKind};
-use controller_kit::{CancellationToken, Readiness, WatchScope};
+use controller_kit::{CancellationToken, Readiness, SeenVersions, WatchScope};
 use futures::StreamExt;
 use helmengine::{OwnerLink, WatchPlace, WatchedKind};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -57,6 +61,8 @@ pub async fn run(
     let scope = &settings.scope;
     let apps: Api<DeserializeGuard<ApplicationInstance>> = scope.api(client.clone());
     let (reader, writer) = reflector::store();
+    let ctx = Arc::new(make_context(reader.clone()));
+    let seen = ctx.seen.clone();
     let app_stream = watcher(apps, watcher::Config::default())
         .default_backoff()
         .modify(|app| app.managed_fields_mut().clear())
@@ -67,7 +73,8 @@ pub async fn run(
                 .combine(predicates::finalizers)
                 .combine(suspended_by_annotation),
             Default::default(),
-        );
+        )
+        .filter(move |event| std::future::ready(!acted_on(&seen, reconciler::API_KIND, event)));
 
     // Each engine kind is watched with its own backoff, and its errors stay in its stream:
     // the Controller pauses *all* its triggers after any trigger error, so on a cluster
@@ -77,7 +84,7 @@ pub async fn run(
     let engine_watches: Vec<_> = settings
         .watched
         .iter()
-        .map(|watched| engine_object_events(&client, scope, watched))
+        .map(|watched| engine_object_events(&client, scope, watched, ctx.seen.clone()))
         .collect();
 
     // Api<PartialObjectMeta<_>> makes metadata-only requests.
@@ -91,7 +98,6 @@ pub async fn run(
         readiness.set_ready();
     });
 
-    let ctx = Arc::new(make_context(reader.clone()));
     let cm_reader = reader.clone();
     let apps_reader = reader.clone();
     let mut controller = Controller::for_stream(app_stream, reader);
@@ -131,19 +137,16 @@ fn engine_object_events(
     client: &Client,
     scope: &WatchScope,
     watched: &WatchedKind,
+    seen: Arc<SeenVersions>,
 ) -> (
     impl futures::Stream<Item = Result<PartialObjectMeta<DynamicObject>, watcher::Error>> + Send + 'static,
     ApiResource,
     OwnerLink,
 ) {
     let resource = watched.resource.clone();
-    // Api<PartialObjectMeta<_>> makes metadata-only requests.
-    let api: Api<PartialObjectMeta<DynamicObject>> = match &watched.place {
-        WatchPlace::Namespace(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        WatchPlace::WithTheApplications => match scope.watch_namespace() {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-            None => Api::all_with(client.clone(), &resource),
-        },
+    let namespace = match &watched.place {
+        WatchPlace::Namespace(ns) => Some(ns.as_str()),
+        WatchPlace::WithTheApplications => scope.watch_namespace(),
     };
     // A controller confined to one namespace hears only of its own ApplicationInstances'
     // objects in the engine's namespace (which holds every tenant's).
@@ -156,9 +159,88 @@ fn engine_object_events(
     // Backoff after `touched_objects`: the watcher emits `Init` before every list, and
     // any item resets a backoff placed before it, so a list failing over and over (404)
     // would be retried every second instead of backing off to 30 s.
-    let stream = watcher(api, config).touched_objects().default_backoff();
+    let kind = resource.kind.clone();
+    let changes = match watched.readers_see {
+        // Api<PartialObjectMeta<_>> makes metadata-only requests.
+        None => watcher(
+            place_api::<PartialObjectMeta<DynamicObject>>(client, namespace, &resource),
+            config,
+        )
+        .touched_objects()
+        .boxed(),
+        Some(readers_see) => watcher(place_api::<DynamicObject>(client, namespace, &resource), config)
+            .filter_map(changes_readers_see(readers_see))
+            .boxed(),
+    };
+    let stream = changes
+        .default_backoff()
+        .filter(move |event| std::future::ready(!acted_on(&seen, &kind, event)));
     let kind = resource.kind.clone();
     (keep_errors_to_itself(stream, kind), resource, watched.link)
+}
+
+/// The objects of `resource` in `namespace` (all namespaces when `None`).
+fn place_api<K>(client: &Client, namespace: Option<&str>, resource: &ApiResource) -> Api<K>
+where
+    K: Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+/// What a whole-object watch yields.
+type WholeObjectEvent = Result<watcher::Event<DynamicObject>, watcher::Error>;
+/// What the Controller's engine-object triggers take.
+type MetadataEvent = Result<PartialObjectMeta<DynamicObject>, watcher::Error>;
+
+/// A filter of whole-object watch events down to the objects whose readers would see a
+/// change ([`helmengine::WatchedKind::readers_see`]), as metadata: an object seen for the
+/// first time since the last (re)list, a changed fingerprint, a deletion. Errors pass.
+fn changes_readers_see(
+    readers_see: helmengine::ReadersSee,
+) -> impl FnMut(WholeObjectEvent) -> std::future::Ready<Option<MetadataEvent>> {
+    let mut last: HashMap<(Option<String>, String), u64> = HashMap::new();
+    move |event| {
+        let as_meta = |object: DynamicObject| PartialObjectMeta {
+            types: object.types,
+            metadata: object.metadata,
+            _phantom: std::marker::PhantomData,
+        };
+        let key = |object: &DynamicObject| (object.metadata.namespace.clone(), object.name_any());
+        std::future::ready(match event {
+            Err(error) => Some(Err(error)),
+            // A relist may have missed deletions and changes: every object is news again.
+            Ok(watcher::Event::Init) => {
+                last.clear();
+                None
+            }
+            Ok(watcher::Event::InitDone) => None,
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                let fingerprint = readers_see(&object);
+                let before = last.insert(key(&object), fingerprint);
+                (before != Some(fingerprint)).then(|| Ok(as_meta(object)))
+            }
+            Ok(watcher::Event::Delete(object)) => {
+                last.remove(&key(&object));
+                Some(Ok(as_meta(object)))
+            }
+        })
+    }
+}
+
+/// Whether `event` carries a version a reconcile wrote and already acted on
+/// ([`SeenVersions`]): it would wake the reconcile only to find nothing to do.
+fn acted_on<K: Resource>(seen: &SeenVersions, kind: &str, event: &Result<K, watcher::Error>) -> bool {
+    let Ok(object) = event else {
+        return false;
+    };
+    let meta = object.meta();
+    let (Some(name), Some(version)) = (&meta.name, &meta.resource_version) else {
+        return false;
+    };
+    seen.consume(kind, meta.namespace.as_deref().unwrap_or_default(), name, version)
 }
 
 /// `stream` without its errors, which are logged instead (the watcher behind it retries
@@ -242,6 +324,52 @@ mod tests {
     use futures::StreamExt as _;
 
     use super::*;
+
+    /// A source's finalizer or a status detail no app reports wakes none of its readers; a
+    /// change of what they see, a deletion and every object of a relist do.
+    #[tokio::test]
+    async fn a_shared_source_wakes_its_readers_only_when_what_they_see_changes() {
+        use watcher::Event;
+        let source = |seen: u64, finalizer: bool| {
+            let mut object = DynamicObject::new("repo", &ApiResource::erase::<ConfigMap>(&())).within("team-a");
+            object.data = serde_json::json!({"status": {"seen": seen}});
+            if finalizer {
+                object.metadata.finalizers = Some(vec!["finalizers.fluxcd.io".into()]);
+            }
+            object
+        };
+        let readers_see: helmengine::ReadersSee = |o| o.data["status"]["seen"].as_u64().unwrap_or_default();
+        let events = futures::stream::iter([
+            Ok(Event::Init),
+            Ok(Event::InitApply(source(1, false))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(source(1, true))),
+            Ok(Event::Apply(source(2, true))),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(Event::Delete(source(2, true))),
+            Ok(Event::Apply(source(2, false))),
+            Ok(Event::Init),
+            Ok(Event::InitApply(source(2, false))),
+            Ok(Event::InitDone),
+        ]);
+        let woke: Vec<Result<Option<Vec<String>>, String>> = events
+            .filter_map(changes_readers_see(readers_see))
+            .map(|item| item.map(|meta| meta.metadata.finalizers).map_err(|e| e.to_string()))
+            .collect()
+            .await;
+        let with = Some(vec!["finalizers.fluxcd.io".to_owned()]);
+        assert_eq!(
+            woke,
+            [
+                Ok(None),         // first seen
+                Ok(with.clone()), // what its readers see changed (not the finalizer before it)
+                Err(watcher::Error::NoResourceVersion.to_string()),
+                Ok(with), // deleted
+                Ok(None), // created again
+                Ok(None), // relisted
+            ]
+        );
+    }
 
     #[tokio::test]
     async fn an_owned_watch_keeps_its_errors_to_itself() {

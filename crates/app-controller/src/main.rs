@@ -153,6 +153,7 @@ async fn main() -> anyhow::Result<()> {
                     failures: controller::failures(),
                     publisher,
                     tenancy: Tenancy::new(FIELD_MANAGER, cli.pod_security_enforce),
+                    seen: Default::default(),
                 }
             };
             controller::run(client, settings, make_context, rt.readiness, rt.shutdown).await;

@@ -35,6 +35,8 @@ use crate::{
 pub const FINALIZER: &str = "vworkspace.io/app-controller";
 /// Field manager of our status writes (and, through the engine, of the engine objects).
 pub const FIELD_MANAGER: &str = helmengine::flux::FIELD_MANAGER;
+/// Kind of the objects this controller reconciles, in metrics and seen versions.
+pub const API_KIND: &str = "ApplicationInstance";
 /// Controller name in metrics and events.
 pub const CONTROLLER: &str = "applicationinstance";
 
@@ -122,12 +124,17 @@ pub struct Context {
     pub failures: RetryBackoff<ObjectRef<DeserializeGuard<ApplicationInstance>>>,
     /// The release ServiceAccount, its RoleBindings and the Pod Security labels per namespace.
     pub tenancy: crate::tenancy::Tenancy,
+    /// Versions of apps and engine objects this controller wrote and acted on; the watches
+    /// drop their events.
+    pub seen: Arc<controller_kit::SeenVersions>,
 }
 
 /// Reconciles one ApplicationInstance (guarded against malformed objects).
 #[instrument(skip_all, fields(namespace = guard.namespace().unwrap_or_default(), name = guard.name_any()))]
 pub async fn reconcile(guard: Arc<DeserializeGuard<ApplicationInstance>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile_timer();
+    // The span around this reconcile (kube-runtime's) names what woke it.
+    tracing::trace!("reconciling");
     // Malformed → wait for a change; a follower keeps its cache warm and looks again later.
     let app = match controller_kit::controller::admit(&guard, &ctx.gate, RECHECK) {
         ControlFlow::Continue(app) => app.clone(),
@@ -140,6 +147,9 @@ pub async fn reconcile(guard: Arc<DeserializeGuard<ApplicationInstance>>, ctx: A
         return refuse_namespace(&api, app, &ctx).await;
     }
 
+    // Added here rather than by `finalizer`, which would end this reconcile and leave the
+    // work to the next one, woken by the finalizer's own event.
+    let app = with_finalizer(&api, app, &ctx).await?;
     let result = finalizer(&api, FINALIZER, Arc::new(app), |event| async {
         match event {
             finalizer::Event::Apply(app) => apply(&api, app, &ctx).await,
@@ -155,6 +165,56 @@ pub async fn reconcile(guard: Arc<DeserializeGuard<ApplicationInstance>>, ctx: A
         ctx.failures.succeeded(&ObjectRef::from_obj(&*guard));
     }
     result
+}
+
+/// `app` with this controller's finalizer, added unless it is there or the app is being
+/// deleted. The version the patch returns is recorded as seen: its watch event would only
+/// wake this reconcile again. A copy older than the live object (the cache lags a write of a
+/// reconcile that just ended) is answered by a conflict; then the live object is read and
+/// used, or patched once more.
+async fn with_finalizer(
+    api: &Api<ApplicationInstance>,
+    app: ApplicationInstance,
+    ctx: &Context,
+) -> Result<ApplicationInstance, Error> {
+    let has_finalizer = |app: &ApplicationInstance| {
+        app.meta().deletion_timestamp.is_some() || app.finalizers().iter().any(|f| f == FINALIZER)
+    };
+    if has_finalizer(&app) {
+        return Ok(app);
+    }
+    let patched = match add_finalizer(api, &app, ctx).await {
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let live = api.get(&app.name_any()).await?;
+            if has_finalizer(&live) {
+                return Ok(live);
+            }
+            add_finalizer(api, &live, ctx).await?
+        }
+        other => other?,
+    };
+    if let Some(version) = &patched.metadata.resource_version {
+        let namespace = patched.namespace().unwrap_or_default();
+        ctx.seen.record(API_KIND, &namespace, &patched.name_any(), version);
+    }
+    Ok(patched)
+}
+
+/// Appends [`FINALIZER`] to the finalizers of `app` as it was read (the resourceVersion
+/// precondition makes the write fail rather than drop a finalizer added since).
+async fn add_finalizer(
+    api: &Api<ApplicationInstance>,
+    app: &ApplicationInstance,
+    ctx: &Context,
+) -> Result<ApplicationInstance, kube::Error> {
+    let mut finalizers = app.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_owned());
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()},
+    });
+    ctx.metrics.api_write(WriteVerb::Patch, API_KIND);
+    api.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
 }
 
 /// Exponential requeue per object (2 s, 4 s, 8 s … capped at 5 min); uninstall waits poll quickly.
@@ -272,6 +332,12 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
             return Err(e.into());
         }
     };
+    if let Some(version) = &materialized.engine_version {
+        let engine_ref = &materialized.engine_ref;
+        let engine_namespace = engine_ref.namespace.as_deref().unwrap_or_default();
+        ctx.seen
+            .record(&engine_ref.kind, engine_namespace, &engine_ref.name, version);
+    }
     // An engine that already holds its objects after applying them says what it sees.
     let observation = match &materialized.observation {
         Some(observation) => Some(observation.clone()),
@@ -325,6 +391,7 @@ async fn hold_for_maintenance_window(
         engine_ref,
         source_ref: None,
         observation: None,
+        engine_version: None,
     };
     let assessment = Assessment::Materialized {
         engine: kind,
@@ -512,7 +579,9 @@ async fn write_status(
     let after = status::ready(Some(&next));
     let changed = match (before, after) {
         (Some(b), Some(a)) => b.status != a.status || b.reason != a.reason,
-        (None, Some(_)) => true,
+        // The first assessment is no news unless it is a verdict: an app starting out as
+        // `Unknown` (progressing, waiting for the engine) gets its first Event when that is decided.
+        (None, Some(a)) => a.status != "Unknown",
         _ => false,
     };
     if let (true, Some(ready)) = (changed, after) {

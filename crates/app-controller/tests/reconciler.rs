@@ -114,6 +114,7 @@ fn context(allowed: Option<&str>) -> anyhow::Result<(Arc<Context>, ApiServer)> {
         publisher: status_channel::Publisher::disabled(),
         failures: controller::failures(),
         tenancy: Tenancy::new(FIELD_MANAGER, PodSecurityEnforce::None),
+        seen: Default::default(),
     };
     Ok((Arc::new(ctx), server))
 }
@@ -435,25 +436,58 @@ async fn the_backup_schedule_status_is_left_to_the_backup_engine() -> anyhow::Re
     Ok(())
 }
 
-/// Without our finalizer, the first reconcile only adds it (a JSON patch that fails if
-/// someone changed the list meanwhile) and waits for the resulting change.
+/// Without our finalizer, the first reconcile adds it (a merge patch conditional on the
+/// resourceVersion read, so a finalizer added meanwhile is never dropped), records the
+/// version the patch returned as seen (its watch event must not wake the app again) and
+/// goes on in the same reconcile: here to the refused repository's status and Event.
 #[tokio::test]
-async fn the_finalizer_is_added_before_anything_else() -> anyhow::Result<()> {
+async fn the_finalizer_is_added_first_and_the_same_reconcile_goes_on() -> anyhow::Result<()> {
     let (ctx, mut server) = context(None)?;
-    let mut app = app("https://charts.example.com");
+    let mut app = app("https://127.0.0.1/charts");
     app.metadata.finalizers = None;
-    let script = vec![Step::ok(Method::PATCH, APP_PATH, serde_json::to_value(&app)?)];
+    let mut patched = app.clone();
+    patched.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    patched.metadata.resource_version = Some("101".into());
+    let script = vec![
+        Step::ok(Method::PATCH, APP_PATH, serde_json::to_value(&patched)?),
+        Step::ok(Method::PATCH, APP_STATUS_PATH, serde_json::to_value(&patched)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ];
     let (result, seen) = reconcile(&mut server, &ctx, &app, script).await?;
     ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
     ensure!(
-        seen[0].body()?
-            == &json!([
-                {"op": "test", "path": "/metadata/finalizers", "value": null},
-                {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
-            ]),
+        seen[0].body()? == &json!({"metadata": {"finalizers": [FINALIZER], "resourceVersion": "100"}}),
         "{:?}",
         seen[0].body
     );
+    let ready = condition(&seen[1], "Ready")?;
+    ensure!(ready["reason"] == "RepositoryNotAllowed", "{ready}");
+    ensure!(
+        ctx.seen.consume("ApplicationInstance", NS, "wiki", "101"),
+        "the patched version is recorded as acted on"
+    );
+    Ok(())
+}
+
+/// The cached copy lags a finalizer another reconcile added: the patch's precondition fails,
+/// the live object is read, and with the finalizer there the reconcile goes on without a
+/// second patch (no failure, no backoff).
+#[tokio::test]
+async fn a_stale_copy_without_the_finalizer_reads_the_live_object() -> anyhow::Result<()> {
+    let (ctx, mut server) = context(None)?;
+    let mut stale = app("https://127.0.0.1/charts");
+    stale.metadata.finalizers = None;
+    let mut live = app("https://127.0.0.1/charts");
+    live.metadata.resource_version = Some("101".into());
+    let script = vec![
+        Step::fail(Method::PATCH, APP_PATH, 409, "Conflict"),
+        Step::get(APP_PATH, serde_json::to_value(&live)?),
+        Step::ok(Method::PATCH, APP_STATUS_PATH, serde_json::to_value(&live)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ];
+    let (result, seen) = reconcile(&mut server, &ctx, &stale, script).await?;
+    ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
+    ensure!(seen.len() == 4, "{seen:?}");
     Ok(())
 }
 
@@ -554,7 +588,6 @@ async fn deletion_keeps_the_finalizer_until_the_release_is_gone() -> anyhow::Res
         Step::get(HR_PATH, release.clone()),
         Step::new(Method::DELETE, HR_PATH, http::StatusCode::OK, release),
         Step::ok(Method::PATCH, APP_STATUS_PATH, serde_json::to_value(&app)?),
-        Step::echo(Method::POST, EVENTS_PATH),
     ];
     let (result, seen) = reconcile(&mut server, &ctx, &app, script).await?;
     ensure!(
@@ -567,6 +600,7 @@ async fn deletion_keeps_the_finalizer_until_the_release_is_gone() -> anyhow::Res
         ready["status"] == "Unknown" && ready["reason"] == "Uninstalling",
         "{ready}"
     );
-    ensure!(seen[3].body()?["reason"] == "Uninstalling");
+    // A first status of Unknown is no verdict: no Event.
+    ensure!(seen.len() == 3, "{seen:?}");
     Ok(())
 }

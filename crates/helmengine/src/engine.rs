@@ -84,6 +84,10 @@ pub struct Materialized {
     /// objects its applies returned and the reads its ownership checks made): the caller
     /// need not call [`Engine::observe`] and read them again. `None`: call it.
     pub observation: Option<Observation>,
+    /// The `resourceVersion` of the engine object `observation` was made from (what an
+    /// apply returned, or the live object found current). Its own watch event brings the
+    /// caller nothing new.
+    pub engine_version: Option<String>,
 }
 
 /// Progress of [`Engine::delete`].

@@ -48,4 +48,4 @@ pub use engine::{
     SourceObservation,
 };
 pub use error::EngineError;
-pub use watch::{InstanceKey, OwnerLink, ReadsFrom, WatchPlace, WatchedKind};
+pub use watch::{InstanceKey, OwnerLink, ReadersSee, ReadsFrom, WatchPlace, WatchedKind};

@@ -27,7 +27,16 @@ pub struct WatchedKind {
     pub place: WatchPlace,
     /// How an object names its ApplicationInstance.
     pub link: OwnerLink,
+    /// For kinds with few objects, each read by many apps (shared chart sources): what the
+    /// apps see of an object. The controller then watches whole objects and wakes the apps
+    /// only when this changes (not on a finalizer, an annotation or a status detail no app
+    /// reports). `None`: metadata only, every change wakes.
+    pub readers_see: Option<ReadersSee>,
 }
+
+/// A fingerprint of what the ApplicationInstances reading from an object see of it
+/// (see [`WatchedKind::readers_see`]); equal fingerprints, equal status for them.
+pub type ReadersSee = fn(&kube::api::DynamicObject) -> u64;
 
 /// Where the objects of a [`WatchedKind`] live.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -171,6 +171,10 @@ struct Args {
     /// most 32.
     #[arg(long)]
     controller_concurrency: Option<u16>,
+    /// The controller's `--log-filter` (its log is target/e2e-cluster/logs/bench-app-controller.log);
+    /// e.g. `warn,app_controller=trace` names what woke each reconcile.
+    #[arg(long, default_value = "warn")]
+    controller_log_filter: String,
     /// Longest wait for each phase, seconds; by default 300 plus 0.2 s per app (suspended)
     /// or 3 s per app (real installs).
     #[arg(long)]
@@ -1150,7 +1154,7 @@ async fn main() -> anyhow::Result<()> {
         "--concurrency",
         &concurrency.to_string(),
         "--log-filter",
-        "warn",
+        &args.controller_log_filter,
         "--allowed-namespaces",
         &spread.namespaces.join(","),
         // The bench charts are served over plain http on 127.0.0.1 (e2e::CHART_REPO).

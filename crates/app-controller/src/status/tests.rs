@@ -26,6 +26,7 @@ fn materialized() -> Materialized {
         },
         source_ref: None,
         observation: None,
+        engine_version: None,
     }
 }
 

@@ -165,11 +165,13 @@ impl ArgoCdEngine {
         let applied = self.apply(APPLICATION, &application, live_application.as_ref()).await?;
         // What the apply returned (or the live object it found current) is what `observe`
         // would read again.
-        let observation = applied.or(live_application).map(|a| observe::observe(&a));
+        let current = applied.or(live_application);
+        let observation = current.as_ref().map(observe::observe);
         Ok(Materialized {
             engine_ref: self.reference(APPLICATION, &name),
             source_ref: None,
             observation,
+            engine_version: current.and_then(|a| a.metadata.resource_version),
         })
     }
 
@@ -303,6 +305,7 @@ impl Engine for ArgoCdEngine {
             resource: APPLICATION.api_resource(),
             place: WatchPlace::Namespace(self.placement.namespace.clone()),
             link: OwnerLink::InstanceLabels,
+            readers_see: None,
         }]
     }
 

@@ -138,10 +138,11 @@ impl FluxEngine {
             }
             build::PreviousSource::ReleaseShared(old) => self.release_shared_source(&old).await?,
         }
-        let observation = match applied.or(live_release) {
+        let current = applied.or(live_release);
+        let observation = match &current {
             Some(current) => {
-                let chart = self.get_readable(observe::source_refs(&current).chart.as_ref()).await?;
-                Some(observe::observe(&current, live_source.as_ref(), chart.as_ref()))
+                let chart = self.get_readable(observe::source_refs(current).chart.as_ref()).await?;
+                Some(observe::observe(current, live_source.as_ref(), chart.as_ref()))
             }
             None => None,
         };
@@ -149,6 +150,7 @@ impl FluxEngine {
             engine_ref,
             source_ref: Some(source_ref),
             observation,
+            engine_version: current.and_then(|c| c.metadata.resource_version),
         })
     }
 
@@ -357,17 +359,20 @@ impl Engine for FluxEngine {
     }
 
     fn watched_kinds(&self) -> Vec<crate::WatchedKind> {
-        let watched = |kind: FluxKind, link| crate::WatchedKind {
+        let watched = |kind: FluxKind, link, readers_see| crate::WatchedKind {
             resource: kind.api_resource(),
             place: crate::WatchPlace::WithTheApplications,
             link,
+            readers_see,
         };
         // The sources too ("repository unreachable" is a source status change): shared
-        // ones, and those `chart.sourceRef` names, wake every app that reads from them.
+        // ones, and those `chart.sourceRef` names, wake every app that reads from them, but
+        // only when what the apps report of them changes.
+        let source_seen: crate::ReadersSee = observe::source_fingerprint;
         vec![
-            watched(HELM_RELEASE, crate::OwnerLink::ControllerOwnerReference),
-            watched(HELM_REPOSITORY, crate::OwnerLink::ReadBy(reads_from)),
-            watched(OCI_REPOSITORY, crate::OwnerLink::ReadBy(reads_from)),
+            watched(HELM_RELEASE, crate::OwnerLink::ControllerOwnerReference, None),
+            watched(HELM_REPOSITORY, crate::OwnerLink::ReadBy(reads_from), Some(source_seen)),
+            watched(OCI_REPOSITORY, crate::OwnerLink::ReadBy(reads_from), Some(source_seen)),
         ]
     }
 

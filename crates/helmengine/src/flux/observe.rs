@@ -218,6 +218,19 @@ fn select_source(source: Option<&DynamicObject>, chart: Option<&DynamicObject>) 
     }
 }
 
+/// What an app reads from a chart source, as a fingerprint ([`crate::ReadersSee`]): its
+/// observation (ready, reason, message), its generation (the chart version an OCIRepository's
+/// `spec.ref.semver` gives) and whether it is being deleted (its apps recreate it).
+pub fn source_fingerprint(obj: &DynamicObject) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let seen = source_observation(obj);
+    let mut hasher = DefaultHasher::new();
+    (seen.ready, &seen.reason, &seen.message).hash(&mut hasher);
+    obj.metadata.generation.hash(&mut hasher);
+    obj.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    hasher.finish()
+}
+
 fn source_observation(obj: &DynamicObject) -> SourceObservation {
     let object = reference_of(obj);
     if is_static_oci_helm_repository(obj) {

@@ -679,3 +679,34 @@ fn the_materialised_chart_version_is_read_from_the_release_or_its_oci_source() {
         Some("~6.2")
     );
 }
+
+/// The fingerprint that decides whether a shared source's event wakes its readers: only
+/// what they report moves it (Ready's status, reason and message on the current generation,
+/// the generation itself, a deletion), not a finalizer, an artifact detail or an old Ready.
+#[test]
+fn a_source_fingerprint_moves_only_with_what_its_readers_see() {
+    let ready = |message: &str| json!({"observedGeneration": 1, "conditions": [cond("Ready", "True", "Succeeded", message, 1)]});
+    let base = source_obj("HelmRepository", "repo", 1, ready("stored artifact"));
+    let print = source_fingerprint(&base);
+
+    let mut other_details = source_obj("HelmRepository", "repo", 1, ready("stored artifact"));
+    other_details.metadata.finalizers = Some(vec!["finalizers.fluxcd.io".into()]);
+    other_details.data["status"]["artifact"] = json!({"revision": "sha256:def"});
+    assert_eq!(source_fingerprint(&other_details), print);
+
+    let new_message = source_obj("HelmRepository", "repo", 1, ready("stored artifact: revision 2"));
+    assert_ne!(source_fingerprint(&new_message), print);
+    let failed = source_obj(
+        "HelmRepository",
+        "repo",
+        1,
+        json!({"conditions": [cond("Ready", "False", "FetchFailed", "unreachable", 1)]}),
+    );
+    assert_ne!(source_fingerprint(&failed), print);
+    let new_generation = source_obj("HelmRepository", "repo", 2, ready("stored artifact"));
+    assert_ne!(source_fingerprint(&new_generation), print);
+    let mut deleting = source_obj("HelmRepository", "repo", 1, ready("stored artifact"));
+    deleting.metadata.deletion_timestamp = serde_json::from_value(json!("2026-11-27T01:00:00Z")).ok();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert_ne!(source_fingerprint(&deleting), print);
+}
