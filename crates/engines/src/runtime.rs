@@ -306,6 +306,23 @@ struct Context<D> {
     failures: RetryBackoff<ObjectRef<DeserializeGuard<Operation>>>,
 }
 
+impl<D> Context<D> {
+    /// What a driver sees of `op` at `now`: this engine's client, caches and settings.
+    fn cx(&self, op: Operation, app: Option<ApplicationInstance>, siblings: Vec<Operation>, now: Timestamp) -> Cx {
+        Cx {
+            client: self.client.clone(),
+            op,
+            app,
+            siblings,
+            cached_children: self.cached_children.clone(),
+            scope: self.settings.scope.clone(),
+            field_manager: self.settings.field_manager,
+            metrics: self.metrics.clone(),
+            now,
+        }
+    }
+}
+
 type OpRef = ObjectRef<DeserializeGuard<Operation>>;
 
 /// Runs the controller for `driver`'s Operation type until `shutdown`.
@@ -495,17 +512,7 @@ async fn end_from_child_event<D: Driver>(
         return Ok(FastEnd::Done);
     }
     let now = Timestamp::now();
-    let cx = Cx {
-        client: ctx.client.clone(),
-        op: op.clone(),
-        app: None,
-        siblings: Vec::new(),
-        cached_children: ctx.cached_children.clone(),
-        scope: ctx.settings.scope.clone(),
-        field_manager: ctx.settings.field_manager,
-        metrics: ctx.metrics.clone(),
-        now,
-    };
+    let cx = ctx.cx(op.clone(), None, Vec::new(), now);
     let outcome = match ctx.driver.drive(&cx).await {
         Ok(outcome) => outcome,
         Err(DriverError::Domain(e)) => e.outcome(),
@@ -624,17 +631,7 @@ async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, Driv
         Gate::Duplicate(outcome) => return finish(&ops, &op, outcome, ctx, now, None).await,
         Gate::Expired(_) | Gate::WaitUntil(_) | Gate::Queued(_) | Gate::WaitForWindow(_) | Gate::Proceed => {}
     }
-    let mut cx = Cx {
-        client: ctx.client.clone(),
-        op,
-        app,
-        siblings,
-        cached_children: ctx.cached_children.clone(),
-        scope: ctx.settings.scope.clone(),
-        field_manager: ctx.settings.field_manager,
-        metrics: ctx.metrics.clone(),
-        now,
-    };
+    let mut cx = ctx.cx(op, app, siblings, now);
 
     if !started {
         if let Some(refusal) = refuse(&cx, ctx).await? {
