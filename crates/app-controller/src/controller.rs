@@ -6,8 +6,9 @@
 //!   HelmReleases linked by owner references and the sources apps read from; for Argo CD
 //!   Applications in Argo CD's namespace, linked by labels), metadata only: engine status
 //!   changes wake the ApplicationInstance at once. Kinds with few objects read by many apps
-//!   (shared sources) are watched whole and wake their readers only when what those see
-//!   changes. Nothing here names an engine type.
+//!   (shared sources) are watched whole, wake their readers only when what those see
+//!   changes, and fill the engine's cache of them, from which reconciles read them.
+//!   Nothing here names an engine type.
 //! - Both: the one event of a version a reconcile wrote and already acted on is dropped
 //!   ([`SeenVersions`]).
 //! - ConfigMaps, metadata only: a change wakes every ApplicationInstance referencing it
@@ -160,7 +161,7 @@ fn engine_object_events(
     // any item resets a backoff placed before it, so a list failing over and over (404)
     // would be retried every second instead of backing off to 30 s.
     let kind = resource.kind.clone();
-    let changes = match watched.readers_see {
+    let changes = match &watched.whole {
         // Api<PartialObjectMeta<_>> makes metadata-only requests.
         None => watcher(
             place_api::<PartialObjectMeta<DynamicObject>>(client, namespace, &resource),
@@ -168,8 +169,9 @@ fn engine_object_events(
         )
         .touched_objects()
         .boxed(),
-        Some(readers_see) => watcher(place_api::<DynamicObject>(client, namespace, &resource), config)
-            .filter_map(changes_readers_see(readers_see))
+        Some(whole) => watcher(place_api::<DynamicObject>(client, namespace, &resource), config)
+            .map(fill(whole.cache.clone(), namespace.map(str::to_owned)))
+            .filter_map(changes_readers_see(whole.readers_see))
             .boxed(),
     };
     let stream = changes
@@ -194,6 +196,23 @@ where
 type WholeObjectEvent = Result<watcher::Event<DynamicObject>, watcher::Error>;
 /// What the Controller's engine-object triggers take.
 type MetadataEvent = Result<PartialObjectMeta<DynamicObject>, watcher::Error>;
+
+/// Keeps `cache` as the watch in `namespace` (`None`: every namespace) sees the objects,
+/// before anything is woken by an event: a reconcile an event wakes reads at least that
+/// event's version.
+fn fill(cache: helmengine::ObjectCache, namespace: Option<String>) -> impl FnMut(WholeObjectEvent) -> WholeObjectEvent {
+    move |event| {
+        match &event {
+            Ok(watcher::Event::Init) => cache.list_started(),
+            Ok(watcher::Event::InitApply(object)) => cache.listed(object.clone()),
+            Ok(watcher::Event::InitDone) => cache.list_done(namespace.as_deref()),
+            Ok(watcher::Event::Apply(object)) => cache.applied(object.clone()),
+            Ok(watcher::Event::Delete(object)) => cache.deleted(object),
+            Err(_) => {}
+        }
+        event
+    }
+}
 
 /// A filter of whole-object watch events down to the objects whose readers would see a
 /// change ([`helmengine::WatchedKind::readers_see`]), as metadata: an object seen for the
@@ -369,6 +388,36 @@ mod tests {
                 Ok(None), // relisted
             ]
         );
+    }
+
+    /// The engine's cache holds what the watch delivered before the event wakes anyone.
+    #[tokio::test]
+    async fn a_whole_object_watch_fills_the_engine_cache_first() {
+        use helmengine::Cached;
+        use watcher::Event;
+        let source = |name: &str| DynamicObject::new(name, &ApiResource::erase::<ConfigMap>(&())).within("team-a");
+        let cache = helmengine::ObjectCache::default();
+        let mut fill = fill(cache.clone(), None);
+        let mut wake = changes_readers_see(|_| 0);
+        let mut woke = Vec::new();
+        for event in [
+            Ok(Event::Init),
+            Ok(Event::InitDone),
+            // A relist: what it delivers is news before it completes.
+            Ok(Event::Init),
+            Ok(Event::InitApply(source("listed"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(source("created"))),
+            Ok(Event::Delete(source("listed"))),
+        ] {
+            if let Some(Ok(meta)) = wake(fill(event)).await {
+                let name = meta.name_any();
+                woke.push((name.clone(), cache.lookup("team-a", &name)));
+            }
+        }
+        assert!(matches!(woke.first(), Some((n, Cached::Present(_))) if n == "listed"));
+        assert!(matches!(woke.get(1), Some((n, Cached::Present(_))) if n == "created"));
+        assert_eq!(woke.get(2), Some(&("listed".to_owned(), Cached::Absent)));
     }
 
     #[tokio::test]

@@ -10,7 +10,8 @@
 //! costs only the extra reconcile it would have cost anyway.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, hash_map::Entry},
+    hash::{BuildHasher, RandomState},
     sync::{Mutex, PoisonError},
 };
 
@@ -18,16 +19,23 @@ use std::{
 type Key = (String, String, String);
 
 /// Versions recorded by reconciles, consumed by watch streams (shared between them).
+///
+/// Entries are found by a hash of the object's key, so the watch streams' lookup (one per
+/// event) allocates nothing; the full key is kept beside the version to tell apart the
+/// rare objects whose hashes collide (the later one replaces the earlier, which then costs
+/// only its extra reconcile).
 #[derive(Debug, Default)]
 pub struct SeenVersions {
-    versions: Mutex<HashMap<Key, String>>,
+    versions: Mutex<HashMap<u64, (Key, String)>>,
+    hasher: RandomState,
 }
 
 impl SeenVersions {
     /// Records that the reconcile acted on `resource_version` of the object.
     pub fn record(&self, kind: &str, namespace: &str, name: &str, resource_version: &str) {
+        let hash = self.hash(kind, namespace, name);
         let key = (kind.to_owned(), namespace.to_owned(), name.to_owned());
-        self.lock().insert(key, resource_version.to_owned());
+        self.lock().insert(hash, (key, resource_version.to_owned()));
     }
 
     /// Whether an event of the object at `resource_version` brings nothing the reconcile has
@@ -37,8 +45,18 @@ impl SeenVersions {
         if versions.is_empty() {
             return false;
         }
-        let key = (kind.to_owned(), namespace.to_owned(), name.to_owned());
-        versions.remove(&key).is_some_and(|seen| seen == resource_version)
+        let Entry::Occupied(entry) = versions.entry(self.hash(kind, namespace, name)) else {
+            return false;
+        };
+        let ((k, ns, n), _) = entry.get();
+        if (k.as_str(), ns.as_str(), n.as_str()) != (kind, namespace, name) {
+            return false;
+        }
+        entry.remove().1 == resource_version
+    }
+
+    fn hash(&self, kind: &str, namespace: &str, name: &str) -> u64 {
+        self.hasher.hash_one((kind, namespace, name))
     }
 
     /// How many versions wait for their event.
@@ -51,7 +69,7 @@ impl SeenVersions {
         self.lock().is_empty()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Key, String)>> {
         // The map stays consistent through any panic of a holder: each call is one insert or remove.
         self.versions.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -35,6 +35,7 @@
 
 mod apply;
 pub mod argocd;
+mod cache;
 mod engine;
 mod error;
 #[cfg(test)]
@@ -43,9 +44,10 @@ pub mod flux;
 pub mod meta;
 pub mod watch;
 
+pub use cache::{Cached, ObjectCache};
 pub use engine::{
     DeleteProgress, Engine, EngineCondition, MAX_HISTORY, MaterializeInput, Materialized, Observation,
     SourceObservation,
 };
 pub use error::EngineError;
-pub use watch::{InstanceKey, OwnerLink, ReadersSee, ReadsFrom, WatchPlace, WatchedKind};
+pub use watch::{InstanceKey, OwnerLink, ReadersSee, ReadsFrom, WatchPlace, WatchedKind, WholeObjects};

@@ -14,6 +14,8 @@ use api::{API_VERSION, ApplicationInstance, LABEL_INSTANCE};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource as _, api::ApiResource};
 
+use crate::ObjectCache;
+
 /// Label naming the namespace of the ApplicationInstance an object in another namespace
 /// belongs to (with [`LABEL_INSTANCE`] naming the ApplicationInstance itself).
 pub const LABEL_INSTANCE_NAMESPACE: &str = "vworkspace.io/instance-namespace";
@@ -27,15 +29,25 @@ pub struct WatchedKind {
     pub place: WatchPlace,
     /// How an object names its ApplicationInstance.
     pub link: OwnerLink,
-    /// For kinds with few objects, each read by many apps (shared chart sources): what the
-    /// apps see of an object. The controller then watches whole objects and wakes the apps
-    /// only when this changes (not on a finalizer, an annotation or a status detail no app
-    /// reports). `None`: metadata only, every change wakes.
-    pub readers_see: Option<ReadersSee>,
+    /// For kinds with few objects, each read by many apps (shared chart sources): the
+    /// controller watches whole objects, wakes the apps only when what they see changes,
+    /// and keeps the engine's cache of them. `None`: metadata only, every change wakes.
+    pub whole: Option<WholeObjects>,
+}
+
+/// How a kind watched whole ([`WatchedKind::whole`]) is handled.
+#[derive(Debug, Clone)]
+pub struct WholeObjects {
+    /// What the apps see of an object: they wake only when this changes (not on a
+    /// finalizer, an annotation or a status detail no app reports).
+    pub readers_see: ReadersSee,
+    /// The engine's cache of these objects, which the controller's watch fills; the engine
+    /// reads them from it instead of from the API server.
+    pub cache: ObjectCache,
 }
 
 /// A fingerprint of what the ApplicationInstances reading from an object see of it
-/// (see [`WatchedKind::readers_see`]); equal fingerprints, equal status for them.
+/// (see [`WholeObjects::readers_see`]); equal fingerprints, equal status for them.
 pub type ReadersSee = fn(&kube::api::DynamicObject) -> u64;
 
 /// Where the objects of a [`WatchedKind`] live.

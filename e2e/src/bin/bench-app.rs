@@ -7,8 +7,9 @@
 //! bench-app --apps 50 --engine argocd    # the same figures through Argo CD (`hack/cluster.sh start-argocd`)
 //! ```
 //!
-//! Every run first measures the limit: the API server's raw create rate (1,000 ConfigMaps,
-//! with the parallelism used for the ApplicationInstances), and from it the most apps/s any
+//! Every run first measures the limit: the API server's raw write rate (1,000 ConfigMap
+//! creates, and 1,000 server-side applies of a scratch custom resource, each with the
+//! parallelism used for the ApplicationInstances), and from it the most apps/s any
 //! controller could materialise given the writes one app needs. The ApplicationInstances are
 //! spread round-robin over `--namespaces` namespaces (`bench-app-0`, …) and `--repositories`
 //! URLs of the local chart server (the same server, told apart by a query string, which Flux
@@ -574,38 +575,126 @@ fn namespace_object(name: &str) -> anyhow::Result<Namespace> {
     }))?)
 }
 
+/// The namespace of the limit measurements.
+const SCRATCH: &str = "bench-app-limit";
+
+/// Creates the namespace of a limit measurement; returns the namespaces' API.
+async fn create_scratch(client: &Client) -> anyhow::Result<Api<Namespace>> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &namespace_object(SCRATCH)?)
+        .await?;
+    Ok(namespaces)
+}
+
+/// Deletes the namespace of a limit measurement, with what it holds, and waits until it is gone.
+async fn delete_scratch(namespaces: &Api<Namespace>) -> anyhow::Result<()> {
+    namespaces.delete(SCRATCH, &DeleteParams::background()).await?;
+    wait_until("the scratch namespace to go", Duration::from_secs(300), async || {
+        Ok(namespaces.get_opt(SCRATCH).await?.is_none())
+    })
+    .await?;
+    Ok(())
+}
+
 /// The API server's raw write rate: `LIMIT_OBJECTS` small ConfigMaps created with
 /// `CREATE_CONCURRENCY` in flight, in a scratch namespace deleted afterwards. Creates/s.
 async fn raw_create_rate(client: &Client) -> anyhow::Result<f64> {
-    let scratch = "bench-app-limit";
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(&PostParams::default(), &namespace_object(scratch)?)
-        .await?;
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), scratch);
+    let namespaces = create_scratch(client).await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), SCRATCH);
+    let rate = write_rate(|i| {
+        let config_maps = config_maps.clone();
+        async move {
+            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("cm-{i:05}")},
+                "data": {"k": format!("v{i}")}
+            }))?;
+            config_maps.create(&PostParams::default(), &cm).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    delete_scratch(&namespaces).await?;
+    Ok(rate)
+}
+
+/// Runs `write(i)` for `LIMIT_OBJECTS` objects with `CREATE_CONCURRENCY` in flight, timed;
+/// writes/s.
+async fn write_rate<F, W>(write: F) -> anyhow::Result<f64>
+where
+    F: FnMut(usize) -> W,
+    W: Future<Output = anyhow::Result<()>>,
+{
     let start = Instant::now();
     stream::iter(0..LIMIT_OBJECTS)
-        .map(|i| {
-            let config_maps = config_maps.clone();
-            async move {
-                let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": format!("cm-{i:05}")},
-                    "data": {"k": format!("v{i}")}
-                }))?;
-                config_maps.create(&PostParams::default(), &cm).await?;
-                anyhow::Ok(())
-            }
-        })
+        .map(write)
         .buffer_unordered(CREATE_CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
-    let took = start.elapsed();
-    namespaces.delete(scratch, &DeleteParams::background()).await?;
-    wait_until("the scratch namespace to go", Duration::from_secs(300), async || {
-        Ok(namespaces.get_opt(scratch).await?.is_none())
+    Ok(LIMIT_OBJECTS as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The scratch kind of [`raw_custom_apply_rate`]: stored, served, watched by nobody.
+const PROBE_GROUP: &str = "probe.bench.vworkspace.io";
+const PROBE_KIND: &str = "LimitProbe";
+const PROBE_PLURAL: &str = "limitprobes";
+
+/// The API server's raw rate for the kind of write an app is made of: `LIMIT_OBJECTS`
+/// server-side applies of a custom resource (a scratch CRD with an open schema, which no
+/// controller watches) carrying a benchmark ApplicationInstance's spec, with
+/// `CREATE_CONCURRENCY` in flight. Every write one app needs (its creation, its engine
+/// object, its status, its finalizer) is such an apply or patch of a custom resource, and
+/// on this API server one costs several times a ConfigMap create. Applies/s.
+async fn raw_custom_apply_rate(client: &Client, spread: &Spread) -> anyhow::Result<f64> {
+    let crds: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&crd_gvk()));
+    let crd_name = format!("{PROBE_PLURAL}.{PROBE_GROUP}");
+    let crd = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd_name, "labels": {BENCH_LABEL: BENCH_LABEL_VALUE}},
+        "spec": {"group": PROBE_GROUP, "scope": "Namespaced",
+            "names": {"kind": PROBE_KIND, "plural": PROBE_PLURAL, "singular": "limitprobe"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    crds.patch(&crd_name, &PatchParams::apply("bench").force(), &Patch::Apply(&crd))
+        .await?;
+    wait_until("the probe CRD to be established", Duration::from_secs(60), async || {
+        let crd = crds.get(&crd_name).await?;
+        Ok(crd.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True")))
     })
     .await?;
-    Ok(LIMIT_OBJECTS as f64 / took.as_secs_f64())
+    let probe = ApiResource::from_gvk(&GroupVersionKind::gvk(PROBE_GROUP, "v1", PROBE_KIND));
+    let namespaces = create_scratch(client).await?;
+    let probes: Api<DynamicObject> = Api::namespaced_with(client.clone(), SCRATCH, &probe);
+    // A new CRD is served a moment after it is established.
+    wait_until("the probe kind to be served", Duration::from_secs(60), async || {
+        Ok(probes.list_metadata(&ListParams::default().limit(1)).await.is_ok())
+    })
+    .await?;
+    let rate = write_rate(|i| {
+        let probes = probes.clone();
+        let spec = bench_app(i, spread, true).spec;
+        async move {
+            let name = format!("probe-{i:05}");
+            let body = serde_json::json!({"apiVersion": format!("{PROBE_GROUP}/v1"), "kind": PROBE_KIND,
+                "metadata": {"name": name}, "spec": spec});
+            probes
+                .patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&body))
+                .await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    delete_scratch(&namespaces).await?;
+    crds.delete(&crd_name, &DeleteParams::background()).await?;
+    Ok(rate)
+}
+
+fn crd_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
 }
 
 /// Deletes every namespace this benchmark created (label [`BENCH_LABEL`]) and Argo CD
@@ -778,6 +867,8 @@ struct Bench {
     spread: Arc<Spread>,
     controller_args: Vec<String>,
     raw_creates_per_s: f64,
+    /// [`raw_custom_apply_rate`].
+    raw_custom_applies_per_s: f64,
 }
 
 impl Bench {
@@ -1025,6 +1116,13 @@ impl Bench {
             self.raw_creates_per_s,
             apps_per_s / bound * 100.0
         );
+        let custom_bound = self.raw_custom_applies_per_s / needed;
+        println!(
+            "(a) limit by custom resource applies: {:.0} applies/s / {needed:.2} writes per app = {custom_bound:.1} \
+             apps/s at most; materialisation {apps_per_s:.1} apps/s = {:.0} % of it",
+            self.raw_custom_applies_per_s,
+            apps_per_s / custom_bound * 100.0
+        );
     }
 
     /// Restarts the controller on the settled apps: time until it has reconciled every app
@@ -1185,6 +1283,7 @@ async fn main() -> anyhow::Result<()> {
         spread,
         controller_args,
         raw_creates_per_s: 0.0,
+        raw_custom_applies_per_s: 0.0,
         args,
     };
     // A previous run's apps (kept for inspection) and anything else of ours go first.
@@ -1193,8 +1292,14 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "(a) limit: the API server creates {raw_creates_per_s:.0} ConfigMaps/s ({LIMIT_OBJECTS} with {CREATE_CONCURRENCY} in flight)"
     );
+    let raw_custom_applies_per_s = raw_custom_apply_rate(&client, &bench.spread).await?;
+    println!(
+        "(a) limit: the API server server-side applies {raw_custom_applies_per_s:.0} custom resources/s \
+         ({LIMIT_OBJECTS} of a scratch kind with an ApplicationInstance's spec, {CREATE_CONCURRENCY} in flight)"
+    );
     let bench = Bench {
         raw_creates_per_s,
+        raw_custom_applies_per_s,
         ..bench
     };
 

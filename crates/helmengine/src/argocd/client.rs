@@ -305,7 +305,7 @@ impl Engine for ArgoCdEngine {
             resource: APPLICATION.api_resource(),
             place: WatchPlace::Namespace(self.placement.namespace.clone()),
             link: OwnerLink::InstanceLabels,
-            readers_see: None,
+            whole: None,
         }]
     }
 

@@ -3,14 +3,16 @@
 //!
 //! Requests per call, so the cost is predictable:
 //! - `check_installed`: 2 discovery GETs, at most once a minute.
-//! - `materialize`: a GET of the HelmRelease and of its source (the ownership check,
-//!   and what the observation is made of), an apply of each only when it changed, and a
-//!   GET of the HelmChart once helm-controller names one. It returns the observation, so
-//!   the reconciler does not `observe` again: at rest that is 3 GETs and no write. Only
+//! - `materialize`: a GET of the HelmRelease and a read of its source (the ownership
+//!   checks, and what the observation is made of), an apply of each only when it changed,
+//!   and a GET of the HelmChart once helm-controller names one. The source is read from the
+//!   [`ObjectCache`] the controller's watch of sources fills, when it covers the source;
+//!   otherwise it is a GET. It returns the observation, so the reconciler does not
+//!   `observe` again: at rest that is 1 GET (2 once a HelmChart exists) and no write. Only
 //!   when the release leaves a source: a GET (and a DELETE) of a source named like the
 //!   app (releases from before shared sources), or a one-item LIST of the HelmReleases
 //!   still naming a shared source (and a GET and DELETE when none does).
-//! - `observe`: a GET of the HelmRelease, its source and its HelmChart.
+//! - `observe`: a GET of the HelmRelease and its HelmChart, and a read of its source as above.
 //! - `delete`: a GET (and a DELETE) per object, and the shared source's LIST as above.
 //!
 //! Objects are never logged: a HelmRelease carries inline values, which may be
@@ -25,7 +27,7 @@ use tracing::info;
 use super::{FluxKind, HELM_RELEASE, HELM_REPOSITORY, OCI_REPOSITORY, build, observe};
 use crate::apply::{RecentSuccess, apply_unless_up_to_date, delete_tolerant, is_not_found, names_namespace};
 use crate::meta::{AppId, COMPONENT_CHART_SOURCE, Ownership, is_shared_by_us, is_terminating, ownership};
-use crate::{DeleteProgress, Engine, EngineError, MaterializeInput, Materialized, Observation};
+use crate::{Cached, DeleteProgress, Engine, EngineError, MaterializeInput, Materialized, ObjectCache, Observation};
 
 /// The field manager of the ApplicationInstance controller's writes.
 pub const FIELD_MANAGER: &str = "vworkspace-app-controller";
@@ -51,6 +53,10 @@ pub struct FluxEngine {
     field_manager: String,
     /// When the CRD check last succeeded (2 discovery GETs saved per reconcile).
     installed: std::sync::Arc<RecentSuccess>,
+    /// The HelmRepositories and OCIRepositories as the controller's watch of them delivers
+    /// them ([`Engine::watched_kinds`]); empty (every lookup `Unknown`) where none runs.
+    helm_repositories: ObjectCache,
+    oci_repositories: ObjectCache,
 }
 
 impl FluxEngine {
@@ -60,6 +66,29 @@ impl FluxEngine {
             client,
             field_manager: field_manager.into(),
             installed: Default::default(),
+            helm_repositories: ObjectCache::default(),
+            oci_repositories: ObjectCache::default(),
+        }
+    }
+
+    /// The cache of a source kind (`None` for the other kinds, which are not cached).
+    fn cache(&self, kind: FluxKind) -> Option<&ObjectCache> {
+        if kind == HELM_REPOSITORY {
+            Some(&self.helm_repositories)
+        } else if kind == OCI_REPOSITORY {
+            Some(&self.oci_repositories)
+        } else {
+            None
+        }
+    }
+
+    /// The object `namespace`/`name` of `kind`: from its cache when that covers it,
+    /// otherwise from the API server.
+    async fn read(&self, kind: FluxKind, namespace: &str, name: &str) -> Result<Option<DynamicObject>, kube::Error> {
+        match self.cache(kind).map(|cache| cache.lookup(namespace, name)) {
+            Some(Cached::Present(object)) => Ok(Some(object.as_ref().clone())),
+            Some(Cached::Absent) => Ok(None),
+            Some(Cached::Unknown) | None => self.api(kind, namespace).get_opt(name).await,
         }
     }
 
@@ -221,7 +250,7 @@ impl FluxEngine {
         namespace: &str,
         name: &str,
     ) -> Result<Option<DynamicObject>, EngineError> {
-        let Some(existing) = self.api(kind, namespace).get_opt(name).await? else {
+        let Some(existing) = self.read(kind, namespace, name).await? else {
             return Ok(None);
         };
         let described = format!("{} {namespace}/{name}", kind.kind);
@@ -332,8 +361,8 @@ impl FluxEngine {
         Ok(())
     }
 
-    /// GETs `reference`; `None` when it does not exist or we may not read it
-    /// (e.g. a source in another namespace outside our RBAC).
+    /// Reads the source `reference` ([`Self::read`]); `None` when it does not exist or we
+    /// may not read it (e.g. a source in another namespace outside our RBAC).
     async fn get_readable(
         &self,
         reference: Option<&api::ObjectReference>,
@@ -345,8 +374,8 @@ impl FluxEngine {
             return Ok(None);
         };
         let namespace = reference.namespace.as_deref().unwrap_or_default();
-        match self.api(kind, namespace).get(&reference.name).await {
-            Ok(object) => Ok(Some(object)),
+        match self.read(kind, namespace, &reference.name).await {
+            Ok(object) => Ok(object),
             Err(kube::Error::Api(status)) if is_not_found(&status) || status.is_forbidden() => Ok(None),
             Err(err) => Err(err.into()),
         }
@@ -359,20 +388,34 @@ impl Engine for FluxEngine {
     }
 
     fn watched_kinds(&self) -> Vec<crate::WatchedKind> {
-        let watched = |kind: FluxKind, link, readers_see| crate::WatchedKind {
+        let watched = |kind: FluxKind, link, whole| crate::WatchedKind {
             resource: kind.api_resource(),
             place: crate::WatchPlace::WithTheApplications,
             link,
-            readers_see,
+            whole,
         };
         // The sources too ("repository unreachable" is a source status change): shared
         // ones, and those `chart.sourceRef` names, wake every app that reads from them, but
-        // only when what the apps report of them changes.
-        let source_seen: crate::ReadersSee = observe::source_fingerprint;
+        // only when what the apps report of them changes. They are few, so the watch keeps
+        // them whole and every reconcile reads them from its cache.
+        let source = |cache: &ObjectCache| {
+            Some(crate::WholeObjects {
+                readers_see: observe::source_fingerprint,
+                cache: cache.clone(),
+            })
+        };
         vec![
             watched(HELM_RELEASE, crate::OwnerLink::ControllerOwnerReference, None),
-            watched(HELM_REPOSITORY, crate::OwnerLink::ReadBy(reads_from), Some(source_seen)),
-            watched(OCI_REPOSITORY, crate::OwnerLink::ReadBy(reads_from), Some(source_seen)),
+            watched(
+                HELM_REPOSITORY,
+                crate::OwnerLink::ReadBy(reads_from),
+                source(&self.helm_repositories),
+            ),
+            watched(
+                OCI_REPOSITORY,
+                crate::OwnerLink::ReadBy(reads_from),
+                source(&self.oci_repositories),
+            ),
         ]
     }
 

@@ -435,6 +435,47 @@ async fn observe_reads_release_source_and_tolerates_an_unreadable_chart() {
     assert_eq!((source.ready, source.reason.as_str()), (false, "IndexationFailed"));
 }
 
+/// A source the controller's watch holds is read from the engine's cache, not GET.
+#[tokio::test]
+async fn a_source_the_watch_holds_is_read_from_its_cache() {
+    let app = app(repo_spec("https://charts.example.com", None));
+    let release = our_release(json!({
+        "spec": {"chart": {"spec": {"chart": "wiki", "sourceRef": {"kind": "HelmRepository", "name": "wiki"}}}},
+        "status": {"observedGeneration": 1, "conditions": [
+            {"type": "Ready", "status": "False", "reason": "ArtifactFailed", "message": "source not ready", "observedGeneration": 1},
+        ]},
+    }));
+    let repository: DynamicObject = serde_json::from_value(existing(
+        "HelmRepository",
+        "source.toolkit.fluxcd.io/v1",
+        Some(UID),
+        json!({"status": {"observedGeneration": 1, "conditions": [
+            {"type": "Ready", "status": "False", "reason": "IndexationFailed", "message": "failed to fetch index", "observedGeneration": 1},
+        ]}}),
+    ))
+    .expect("a HelmRepository");
+    let script = vec![step(Method::GET, HR_PATH, StatusCode::OK, release)];
+    let (observation, _) = test_support::run(script, async |client| {
+        let engine = FluxEngine::new(client, FIELD_MANAGER);
+        let watched = engine.watched_kinds();
+        let cache = watched
+            .iter()
+            .find(|w| w.resource.kind == "HelmRepository")
+            .and_then(|w| w.whole.as_ref())
+            .map(|whole| whole.cache.clone())
+            .expect("HelmRepositories are watched whole");
+        cache.list_started();
+        cache.listed(repository);
+        cache.list_done(Some(NAMESPACE));
+        engine.observe(&app).await
+    })
+    .await
+    .expect("no GET of the source");
+    let source = observation.expect("observed").expect("release exists").source;
+    let source = source.expect("source observed");
+    assert_eq!((source.ready, source.reason.as_str()), (false, "IndexationFailed"));
+}
+
 #[tokio::test]
 async fn observe_propagates_server_errors() {
     let app = app(repo_spec("https://charts.example.com", None));
