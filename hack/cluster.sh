@@ -270,7 +270,8 @@ EOF
   start kube-controller-manager "$B/kube-controller-manager" --kubeconfig="$KUBECONFIG_PATH" \
     --authentication-kubeconfig="$KUBECONFIG_PATH" --authorization-kubeconfig="$KUBECONFIG_PATH" \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port=10257 --cert-dir="$d/kcm" \
-    --service-account-private-key-file="$d/sa.key" --root-ca-file="$d/ca.crt" --use-service-account-credentials=true
+    --service-account-private-key-file="$d/sa.key" --root-ca-file="$d/ca.crt" --use-service-account-credentials=true \
+    --kube-api-qps=100 --kube-api-burst=200
   start kube-scheduler "$B/kube-scheduler" --kubeconfig="$KUBECONFIG_PATH" \
     --authentication-kubeconfig="$KUBECONFIG_PATH" --authorization-kubeconfig="$KUBECONFIG_PATH" \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port=10259

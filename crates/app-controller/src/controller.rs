@@ -215,7 +215,7 @@ fn fill(cache: helmengine::ObjectCache, namespace: Option<String>) -> impl FnMut
 }
 
 /// A filter of whole-object watch events down to the objects whose readers would see a
-/// change ([`helmengine::WatchedKind::readers_see`]), as metadata: an object seen for the
+/// change ([`helmengine::WholeObjects::readers_see`]), as metadata: an object seen for the
 /// first time since the last (re)list, a changed fingerprint, a deletion. Errors pass.
 fn changes_readers_see(
     readers_see: helmengine::ReadersSee,

@@ -159,11 +159,11 @@ pub fn service_account_needs_apply(existing: Option<&Value>) -> bool {
 
 /// Maps a Job (the whole object as JSON) to progress.
 ///
-/// Only the terminal conditions `Complete` and `Failed` end the Operation. The interim
-/// `SuccessCriteriaMet` and `FailureTarget` (Kubernetes sets them as soon as the outcome is
-/// decided, and the terminal condition once every pod has terminated) are early signals
-/// shown in the message: ending earlier would let the next Operation start while the
-/// Job's pods are still running.
+/// Only the terminal conditions `Complete` and `Failed` end the Operation. Kubernetes sets
+/// the interim `SuccessCriteriaMet` and `FailureTarget` as soon as the outcome is decided,
+/// and the terminal condition once every pod has terminated: ending earlier would let the
+/// next Operation start while the Job's pods are still running. The message names a coming
+/// failure (and the pods that failed so far), not pod counts that change with every pod.
 pub fn map_job(job: &Value) -> Progress {
     let name = meta::display_name(job);
     let condition = |type_: &str| {
@@ -202,23 +202,21 @@ pub fn map_job(job: &Value) -> Progress {
             report: Report::default(),
         };
     }
-    let pods = format!(
-        "{} active, {} succeeded, {} failed pods",
-        count("active"),
-        count("succeeded"),
-        count("failed")
-    );
+    // Only what changes the story goes into the message: a status write per pod that starts
+    // or per interim condition (`SuccessCriteriaMet` comes just before `Complete`) cost a
+    // write per Operation and raced the write of its end.
+    let failed = count("failed");
     let message = if let Some(target) = condition("FailureTarget") {
         format!(
-            "Job {name} is failing ({}), waiting for its pods to terminate: {pods}",
+            "Job {name} is failing ({}), waiting for its pods to terminate: {failed} failed pods",
             text(target, "reason")
         )
-    } else if condition("SuccessCriteriaMet").is_some() {
-        format!("Job {name} met its success criteria, waiting for its pods to terminate: {pods}")
     } else if condition("Suspended").is_some() {
-        format!("Job {name} is suspended: {pods}")
+        format!("Job {name} is suspended")
+    } else if failed > 0 {
+        format!("Job {name} is running, {failed} failed pods so far")
     } else {
-        format!("Job {name}: {pods}")
+        format!("Job {name} is running")
     };
     Progress::Running { message }
 }
@@ -596,13 +594,19 @@ mod tests {
             (
                 json!({}),
                 Progress::Running {
-                    message: "Job team-a/vacuum: 0 active, 0 succeeded, 0 failed pods".into(),
+                    message: "Job team-a/vacuum is running".into(),
+                },
+            ),
+            (
+                json!({"active": 1}),
+                Progress::Running {
+                    message: "Job team-a/vacuum is running".into(),
                 },
             ),
             (
                 json!({"active": 1, "failed": 1}),
                 Progress::Running {
-                    message: "Job team-a/vacuum: 1 active, 0 succeeded, 1 failed pods".into(),
+                    message: "Job team-a/vacuum is running, 1 failed pods so far".into(),
                 },
             ),
             (
@@ -647,25 +651,25 @@ mod tests {
             (
                 json!({"active": 1, "failed": 3, "conditions": [cond("FailureTarget", "True", "BackoffLimitExceeded", "")]}),
                 Progress::Running {
-                    message: "Job team-a/vacuum is failing (BackoffLimitExceeded), waiting for its pods to terminate: 1 active, 0 succeeded, 3 failed pods".into(),
+                    message: "Job team-a/vacuum is failing (BackoffLimitExceeded), waiting for its pods to terminate: 3 failed pods".into(),
                 },
             ),
             (
                 json!({"active": 1, "succeeded": 1, "conditions": [cond("SuccessCriteriaMet", "True", "SuccessPolicy", "")]}),
                 Progress::Running {
-                    message: "Job team-a/vacuum met its success criteria, waiting for its pods to terminate: 1 active, 1 succeeded, 0 failed pods".into(),
+                    message: "Job team-a/vacuum is running".into(),
                 },
             ),
             (
                 json!({"conditions": [cond("Suspended", "True", "JobSuspended", "")]}),
                 Progress::Running {
-                    message: "Job team-a/vacuum is suspended: 0 active, 0 succeeded, 0 failed pods".into(),
+                    message: "Job team-a/vacuum is suspended".into(),
                 },
             ),
             (
                 json!({"conditions": [cond("Complete", "False", "", ""), cond("Failed", "False", "", "")]}),
                 Progress::Running {
-                    message: "Job team-a/vacuum: 0 active, 0 succeeded, 0 failed pods".into(),
+                    message: "Job team-a/vacuum is running".into(),
                 },
             ),
         ];
