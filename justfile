@@ -121,6 +121,7 @@ bench-backup *args:
     hack/bench-backup.sh {{args}}
 
 # Benchmark the connectivity agent: status-change latency to the control plane (with and without
-# the gRPC status channel) and 1,000 simulated agents against one simulator (figures in docs/performance.md).
+# the gRPC status channel), 1,000 simulated agents against one simulator, and the agent with
+# 10,000 objects (figures in docs/performance.md).
 bench-agent *args:
     hack/bench-agent.sh {{args}}

@@ -13,8 +13,7 @@ args=" $* "
 if [[ $args == *" --engine argocd "* || $args == *" --engine=argocd "* ]]; then
   "$HACK_DIR/cluster.sh" start-argocd
 fi
-cargo build --release --quiet -p app-controller
-cargo build --release --quiet -p e2e --bin bench-app
+build_bench_release
 run() { "$HACK_DIR/cluster.sh" exec "$REPO_ROOT/target/release/bench-app" "$@"; }
 if (($#)); then
   run "$@"

@@ -5,7 +5,6 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$HACK_DIR/cluster.sh" status >/dev/null 2>&1 || "$HACK_DIR/cluster.sh" up
-cargo build --release --quiet -p engines --bin runbook-engine
-cargo build --release --quiet -p e2e --bin bench-ops
+build_bench_release
 if (($#)); then set -- "$@"; else set -- --ops 1000 --apps 100; fi
 "$HACK_DIR/cluster.sh" exec "$REPO_ROOT/target/release/bench-ops" "$@"

@@ -78,4 +78,12 @@ KUBECONFIG_PATH="$CLUSTER_DIR/admin.kubeconfig"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# The release binaries of every benchmark, in one cargo invocation shared by all `hack/bench-*.sh`:
+# cargo unifies dependency features over the packages of one invocation, so building each
+# benchmark's packages on their own compiled the common dependencies once per feature set.
+build_bench_release() {
+  cargo build --release --quiet -p app-controller -p agent -p odoo-sim -p engines -p e2e \
+    --bin app-controller --bin agent --bin odoo-sim --bin runbook-engine \
+    --bin bench-app --bin bench-ops --bin bench-agent
+}
 go_mod_dir() { go mod download -json "$1" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])'; }

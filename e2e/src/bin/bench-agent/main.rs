@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! bench-agent [--part all|latency|fleet|scale] [--ops 60] [--apps 10] [--op-interval-ms 300] [--no-compare]
-//!             [--agents 1000] [--fleet-window-secs 120] [--sync-interval-secs 30] [--objects 5]
+//!             [--agents 1000] [--fleet-window-secs 60] [--sync-interval-secs 30] [--objects 5]
 //!             [--client-per-agent] [--scale-objects 10000] [--scale-namespaces 10]
 //!             [--scale-changes 1000] [--keep-objects]
 //! ```
@@ -33,7 +33,7 @@
 //! `--fleet-window-secs` give requests/s and bytes per sync at rest; this process's RSS
 //! gives the memory per simulated agent.
 //!
-//! **(c) Scale**, on the real local cluster, not part of `all` (20,000 writes before it measures):
+//! **(c) Scale**, on the real local cluster, last in `all` (20,000 writes before it measures):
 //! `--scale-objects` suspended ApplicationInstances over `--scale-namespaces` namespaces,
 //! each with the status the app controller writes for a suspended app (written by this
 //! process: no controller runs, so no Flux object exists), then `odoo-sim` and the real
@@ -69,14 +69,13 @@ const SCOPE: &str = "bench-agent";
 /// Which benchmark to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Part {
-    /// Both, latency first.
+    /// All three: latency, fleet, scale.
     All,
     /// (a) Status change in the cluster → the simulator has it.
     Latency,
     /// (b) Many simulated agents against one simulator.
     Fleet,
-    /// (c) The real agent with 10,000 objects: full resync, RSS, 1,000 changes at once
-    /// (heavy: not part of `all`).
+    /// (c) The real agent with 10,000 objects: full resync, RSS, 1,000 changes at once.
     Scale,
 }
 
@@ -103,7 +102,7 @@ struct Cli {
     #[arg(long, env = "BENCH_AGENT_AGENTS", default_value_t = 1000)]
     agents: usize,
     /// (b) Measurement window after the ramp, seconds.
-    #[arg(long, env = "BENCH_AGENT_FLEET_WINDOW_SECS", default_value_t = 120)]
+    #[arg(long, env = "BENCH_AGENT_FLEET_WINDOW_SECS", default_value_t = 60)]
     fleet_window_secs: u64,
     /// (b) Sync interval of every simulated agent, seconds.
     #[arg(long, default_value_t = 30)]
@@ -265,15 +264,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Cli::parse().check()?;
     let latency = matches!(args.part, Part::All | Part::Latency);
     let fleet = matches!(args.part, Part::All | Part::Fleet);
+    let scale = matches!(args.part, Part::All | Part::Scale);
     if args.part != Part::Fleet {
         // The fleet needs no cluster; the other parts run inside the cluster's netns.
         assert_loopback_only();
     }
     println!("bench-agent");
-    if args.part == Part::Scale {
-        let client = client().await?;
-        scale::run(&client, &args).await?;
-    }
     if latency {
         let client = client().await?;
         let mut runs = vec![latency::run(&client, &args, true).await?];
@@ -285,6 +281,10 @@ async fn main() -> anyhow::Result<()> {
     }
     if fleet {
         fleet::run(&args).await?;
+    }
+    if scale {
+        let client = client().await?;
+        scale::run(&client, &args).await?;
     }
     Ok(())
 }
