@@ -420,8 +420,8 @@ pub struct ApplicationInstanceStatus {
     pub observed_generation: Option<i64>,
 
     /// `Ready`, `Reconciling`, `Stalled`, the relayed engine conditions (`Released`,
-    /// `TestSuccess`, `Remediated`, `Drifted`) and `SourceReady` (present only while the chart
-    /// source is not ready). See docs/api/conditions.md.
+    /// `TestSuccess`, `Remediated`, `Drifted`) and `SourceReady` (present only while a chart
+    /// source failed). See docs/api/conditions.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,

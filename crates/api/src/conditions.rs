@@ -48,8 +48,8 @@ pub mod types {
 pub mod reasons {
     /// Ready=Unknown / Reconciling=True: the engine object does not exist yet, or the engine has not
     /// yet observed the desired state last written to it (its generation and any reconcile request).
-    /// Also the reason of `SourceReady=False` for a chart source that has not reported on its
-    /// current generation.
+    /// Also what the Flux engine says of a chart source that has not reported on its current
+    /// generation (work in progress: no `SourceReady` on the app).
     pub const AWAITING_ENGINE: &str = "AwaitingEngine";
     /// Reserved (Ready=Unknown / Reconciling=True, nothing applied yet). The app controller does not
     /// set it today: a new ApplicationInstance goes straight to `AwaitingEngine`.

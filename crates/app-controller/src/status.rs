@@ -88,7 +88,10 @@ pub fn next_status(app: &ApplicationInstance, assessment: &Assessment<'_>, now: 
                 None => conds.awaiting(&format!("{engine_object} does not exist yet")),
                 Some(obs) => {
                     match &obs.source {
-                        Some(source) if !source.ready => {
+                        // Only a failure: a source still fetching (or not yet reported
+                        // on) is work in progress the HelmRelease's conditions tell, and
+                        // showing it would cost every app a status write twice over.
+                        Some(source) if source.failed => {
                             let message = format!("{}: {}", describe(&source.object), source.message);
                             conds.set(types::SOURCE_READY, "False", &source.reason, &message);
                         }

@@ -114,8 +114,8 @@ pub struct Observation {
     /// Drifted, Reconciling, Stalled. Reasons are never translated, so a
     /// reason the engine adds tomorrow flows through unchanged.
     pub conditions: Vec<EngineCondition>,
-    /// The chart source: the first one that is not ready, or the most
-    /// specific one when all are ready. `None` when none could be read.
+    /// The chart source: the first one that failed, else the first one that is not
+    /// ready, else the most specific one. `None` when none could be read.
     pub source: Option<SourceObservation>,
     /// Chart version of the newest release whose Helm status is `deployed`.
     pub deployed_chart_version: Option<String>,
@@ -171,6 +171,9 @@ impl EngineCondition {
 pub struct SourceObservation {
     /// The source holds an up-to-date artifact for its current spec.
     pub ready: bool,
+    /// Flux reports the source failed (`Ready=False`) on its current spec: a failure to
+    /// show, not work in progress (`Ready=Unknown`, or no report yet).
+    pub failed: bool,
     /// The source's Ready reason, verbatim; `AwaitingEngine` while it has not
     /// reported on its current generation yet.
     pub reason: String,

@@ -226,6 +226,7 @@ fn source_problems_surface_with_the_sources_reason() {
     let obs = Observation {
         source: Some(SourceObservation {
             ready: false,
+            failed: true,
             reason: "InvalidChartReference".into(),
             message: "no chart version found for demo-app-9.9.9".into(),
             object: ObjectReference {
@@ -247,6 +248,37 @@ fn source_problems_surface_with_the_sources_reason() {
         )
     );
     assert_eq!(triple(&s, "Ready").map(|c| c.1), Some("ArtifactFailed".to_string()));
+}
+
+/// A source still fetching, or not reported on yet, is progress the HelmRelease tells: an app
+/// gets no `SourceReady` for it, so a new shared source costs its apps no extra status write.
+#[test]
+fn a_source_in_progress_is_not_shown() {
+    let m = materialized();
+    for reason in [api::conditions::reasons::AWAITING_ENGINE, "Progressing"] {
+        let obs = Observation {
+            source: Some(SourceObservation {
+                ready: false,
+                failed: false,
+                reason: reason.into(),
+                message: "fetching".into(),
+                object: ObjectReference {
+                    api_version: "source.toolkit.fluxcd.io/v1".into(),
+                    kind: "HelmRepository".into(),
+                    name: "wiki".into(),
+                    namespace: Some("team-a".into()),
+                },
+            }),
+            ..observed(vec![cond(
+                "Ready",
+                "Unknown",
+                "Progressing",
+                "reconciliation in progress",
+            )])
+        };
+        let s = next_status(&app(1, None), &flux(&m, Some(&obs)), &time("2026-11-21T10:00:00Z"));
+        assert_eq!(triple(&s, "SourceReady"), None, "{reason}");
+    }
 }
 
 #[test]

@@ -25,14 +25,15 @@
 //! The chart source chain is: the repository (HelmRepository / OCIRepository,
 //! ours or referenced) and, for chart templates, the HelmChart Flux generates
 //! (named in the HelmRelease's `status.helmChart` as `<ns>/<name>`). The first
-//! one that is not ready is reported, so a root cause such as "repository
-//! unreachable" wins over its consequence on the chart. When all are ready the
-//! most specific one (the HelmChart) is reported; its message names the
-//! pulled chart version.
+//! one that failed is reported, so a root cause such as "repository
+//! unreachable" wins over its consequence on the chart; else the first one that
+//! is not ready; when all are ready the most specific one (the HelmChart), whose
+//! message names the pulled chart version.
 //!
 //! A source is ready when `Ready=True` describes its current generation (as
-//! helm-controller's own `isSourceReady` checks). One that has not reported on
-//! its current generation yet is reported with reason `AwaitingEngine`. A
+//! helm-controller's own `isSourceReady` checks), and failed when `Ready=False`
+//! does. One that has not reported on its current generation yet is neither,
+//! with reason `AwaitingEngine`. A
 //! HelmRepository of `type: oci` is static in Flux (no status, existence
 //! means ready) and is reported ready with Flux's generic `Succeeded`.
 
@@ -212,20 +213,26 @@ fn relayed(conditions: &[ConditionView]) -> Vec<EngineCondition> {
 
 fn select_source(source: Option<&DynamicObject>, chart: Option<&DynamicObject>) -> Option<SourceObservation> {
     let mut observed: Vec<SourceObservation> = [source, chart].into_iter().flatten().map(source_observation).collect();
-    match observed.iter().position(|o| !o.ready) {
-        Some(first_not_ready) => Some(observed.swap_remove(first_not_ready)),
+    let shown = observed
+        .iter()
+        .position(|o| o.failed)
+        .or_else(|| observed.iter().position(|o| !o.ready));
+    match shown {
+        Some(index) => Some(observed.swap_remove(index)),
         None => observed.pop(),
     }
 }
 
-/// What an app reads from a chart source, as a fingerprint ([`crate::ReadersSee`]): its
-/// observation (ready, reason, message), its generation (the chart version an OCIRepository's
-/// `spec.ref.semver` gives) and whether it is being deleted (its apps recreate it).
+/// What an app reads from a chart source, as a fingerprint ([`crate::ReadersSee`]): whether
+/// it failed and, if so, why (an app shows only a failure: `SourceReady=False`), its
+/// generation (the chart version an OCIRepository's `spec.ref.semver` gives) and whether it
+/// is being deleted (its apps recreate it). A source that goes from fetching to ready wakes
+/// none of its apps: their HelmReleases' events do.
 pub fn source_fingerprint(obj: &DynamicObject) -> u64 {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let seen = source_observation(obj);
     let mut hasher = DefaultHasher::new();
-    (seen.ready, &seen.reason, &seen.message).hash(&mut hasher);
+    seen.failed.then_some((&seen.reason, &seen.message)).hash(&mut hasher);
     obj.metadata.generation.hash(&mut hasher);
     obj.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     hasher.finish()
@@ -236,6 +243,7 @@ fn source_observation(obj: &DynamicObject) -> SourceObservation {
     if is_static_oci_helm_repository(obj) {
         return SourceObservation {
             ready: true,
+            failed: false,
             reason: "Succeeded".into(),
             message: "HelmRepository of type oci is static in Flux: it exists, so it is ready".into(),
             object,
@@ -245,6 +253,7 @@ fn source_observation(obj: &DynamicObject) -> SourceObservation {
     match find(&conditions, types::READY).filter(|ready| source_generation_seen(obj, ready)) {
         Some(ready) => SourceObservation {
             ready: ready.is_true(),
+            failed: ready.status == "False",
             reason: ready.reason.clone(),
             message: ready.message.clone(),
             object,
@@ -258,6 +267,7 @@ fn source_observation(obj: &DynamicObject) -> SourceObservation {
             );
             SourceObservation {
                 ready: false,
+                failed: false,
                 reason: reasons::AWAITING_ENGINE.into(),
                 message,
                 object,

@@ -493,6 +493,7 @@ fn chart_not_ready_is_reported_with_its_own_reason() {
         observation.source,
         Some(SourceObservation {
             ready: false,
+            failed: true,
             reason: "InvalidChartReference".into(),
             message: "invalid chart reference: failed to get chart version for remote reference: no 'wiki' chart with version matching '9.9.9' found".into(),
             object: HELM_CHART.object_ref("team-a-wiki", NS),
@@ -534,15 +535,15 @@ fn source_selection_table() {
         json!({"observedGeneration": 1, "conditions": [cond("Ready", "True", "ChartPullSucceeded", "pulled 'wiki' chart with version '6.2.1'", 1)]}),
     );
     let release = hr(1, json!({}));
-    /// `(ready, reason, kind)` of the reported source.
-    type Want = Option<(bool, &'static str, &'static str)>;
-    let cases: [(&str, Option<DynamicObject>, Option<DynamicObject>, Want); 9] = [
+    /// `(ready, failed, reason, kind)` of the reported source.
+    type Want = Option<(bool, bool, &'static str, &'static str)>;
+    let cases: [(&str, Option<DynamicObject>, Option<DynamicObject>, Want); 10] = [
         ("nothing readable", None, None, None),
         (
             "all ready: the chart",
             Some(ready("HelmRepository", "wiki")),
             Some(chart_ok.clone()),
-            Some((true, "ChartPullSucceeded", "HelmChart")),
+            Some((true, false, "ChartPullSucceeded", "HelmChart")),
         ),
         (
             // Seen on the real cluster: source-controller keeps status.observedGeneration at -1
@@ -555,50 +556,56 @@ fn source_selection_table() {
                 json!({"observedGeneration": -1, "conditions": [cond("Ready", "False", "Failed", "connection refused", 1)]}),
             )),
             None,
-            Some((false, "Failed", "HelmRepository")),
+            Some((false, true, "Failed", "HelmRepository")),
         ),
         (
             "repository unreachable wins",
             Some(failing("HelmRepository", "wiki", "IndexationFailed")),
             Some(chart_ok.clone()),
-            Some((false, "IndexationFailed", "HelmRepository")),
+            Some((false, true, "IndexationFailed", "HelmRepository")),
         ),
         (
             "OCI source alone ready",
             Some(ready("OCIRepository", "wiki")),
             None,
-            Some((true, "Succeeded", "OCIRepository")),
+            Some((true, false, "Succeeded", "OCIRepository")),
         ),
         (
             "OCI pull failed",
             Some(failing("OCIRepository", "wiki", "OCIArtifactPullFailed")),
             None,
-            Some((false, "OCIArtifactPullFailed", "OCIRepository")),
+            Some((false, true, "OCIArtifactPullFailed", "OCIRepository")),
         ),
         (
             "stale Ready is not ready",
             Some(stale("OCIRepository", "wiki")),
             None,
-            Some((false, reasons::AWAITING_ENGINE, "OCIRepository")),
+            Some((false, false, reasons::AWAITING_ENGINE, "OCIRepository")),
         ),
         (
             "never reconciled",
             Some(fresh("HelmRepository", "wiki")),
             Some(chart_ok),
-            Some((false, reasons::AWAITING_ENGINE, "HelmRepository")),
+            Some((false, false, reasons::AWAITING_ENGINE, "HelmRepository")),
+        ),
+        (
+            "a failed chart wins over a repository still fetching",
+            Some(fresh("HelmRepository", "wiki")),
+            Some(failing("HelmChart", "team-a-wiki", "ChartPullError")),
+            Some((false, true, "ChartPullError", "HelmChart")),
         ),
         (
             "only the chart",
             None,
             Some(failing("HelmChart", "team-a-wiki", "ChartPullError")),
-            Some((false, "ChartPullError", "HelmChart")),
+            Some((false, true, "ChartPullError", "HelmChart")),
         ),
     ];
     for (name, source, chart, want) in cases {
         let got = observe(&release, source.as_ref(), chart.as_ref()).source;
         let got = got
             .as_ref()
-            .map(|s| (s.ready, s.reason.as_str(), s.object.kind.as_str()));
+            .map(|s| (s.ready, s.failed, s.reason.as_str(), s.object.kind.as_str()));
         assert_eq!(got, want, "{name}");
     }
 }
@@ -681,8 +688,9 @@ fn the_materialised_chart_version_is_read_from_the_release_or_its_oci_source() {
 }
 
 /// The fingerprint that decides whether a shared source's event wakes its readers: only
-/// what they report moves it (Ready's status, reason and message on the current generation,
-/// the generation itself, a deletion), not a finalizer, an artifact detail or an old Ready.
+/// what they report moves it (a failure on the current generation and its reason and message,
+/// the generation itself, a deletion), not a finalizer, an artifact detail, an old Ready, or
+/// the steps of a fetch that succeeds.
 #[test]
 fn a_source_fingerprint_moves_only_with_what_its_readers_see() {
     let ready = |message: &str| json!({"observedGeneration": 1, "conditions": [cond("Ready", "True", "Succeeded", message, 1)]});
@@ -695,14 +703,29 @@ fn a_source_fingerprint_moves_only_with_what_its_readers_see() {
     assert_eq!(source_fingerprint(&other_details), print);
 
     let new_message = source_obj("HelmRepository", "repo", 1, ready("stored artifact: revision 2"));
-    assert_ne!(source_fingerprint(&new_message), print);
-    let failed = source_obj(
+    assert_eq!(source_fingerprint(&new_message), print);
+    let fetching = source_obj(
         "HelmRepository",
         "repo",
         1,
-        json!({"conditions": [cond("Ready", "False", "FetchFailed", "unreachable", 1)]}),
+        json!({"conditions": [cond("Ready", "Unknown", "Progressing", "reconciliation in progress", 1)]}),
     );
-    assert_ne!(source_fingerprint(&failed), print);
+    assert_eq!(source_fingerprint(&fetching), print);
+    let never_reported = source_obj("HelmRepository", "repo", 1, json!({"observedGeneration": -1}));
+    assert_eq!(source_fingerprint(&never_reported), print);
+    let failed = |message: &str| {
+        source_obj(
+            "HelmRepository",
+            "repo",
+            1,
+            json!({"conditions": [cond("Ready", "False", "FetchFailed", message, 1)]}),
+        )
+    };
+    assert_ne!(source_fingerprint(&failed("unreachable")), print);
+    assert_ne!(
+        source_fingerprint(&failed("unreachable")),
+        source_fingerprint(&failed("connection refused"))
+    );
     let new_generation = source_obj("HelmRepository", "repo", 2, ready("stored artifact"));
     assert_ne!(source_fingerprint(&new_generation), print);
     let mut deleting = source_obj("HelmRepository", "repo", 1, ready("stored artifact"));
