@@ -81,6 +81,79 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx]
 }
 
+/// The cumulative buckets (`le`, count) of the Prometheus histogram `metric` over the series
+/// whose line holds every one of `labels`, summed per bound, in increasing `le` (`+Inf` last).
+pub fn histogram_buckets(text: &str, metric: &str, labels: &[&str]) -> Vec<(f64, f64)> {
+    let prefix = format!("{metric}_bucket{{");
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with(&prefix)) {
+        if !labels.iter().all(|want| line.contains(want)) {
+            continue;
+        }
+        let le = line
+            .split("le=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|bound| {
+                if bound == "+Inf" {
+                    Some(f64::INFINITY)
+                } else {
+                    bound.parse().ok()
+                }
+            });
+        let count = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+        if let (Some(le), Some(count)) = (le, count) {
+            match buckets.iter_mut().find(|(bound, _)| *bound == le) {
+                Some((_, total)) => *total += count,
+                None => buckets.push((le, count)),
+            }
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    buckets
+}
+
+/// `after - before`, bound by bound (a histogram over the time between two scrapes).
+pub fn histogram_delta(after: &[(f64, f64)], before: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    after
+        .iter()
+        .map(|(le, count)| {
+            let earlier = before.iter().find(|(b, _)| b == le).map_or(0.0, |(_, c)| *c);
+            (*le, count - earlier)
+        })
+        .collect()
+}
+
+/// The `q` quantile of cumulative buckets, interpolated linearly within its bucket as
+/// Prometheus' `histogram_quantile` does (the highest finite bound when it falls in `+Inf`;
+/// NaN when empty).
+pub fn histogram_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
+    let Some(&(_, total)) = buckets.last() else {
+        return f64::NAN;
+    };
+    if total <= 0.0 {
+        return f64::NAN;
+    }
+    let rank = q * total;
+    let mut previous = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return previous.0;
+            }
+            let within = count - previous.1;
+            let fraction = if within > 0.0 {
+                (rank - previous.1) / within
+            } else {
+                1.0
+            };
+            return previous.0 + (le - previous.0) * fraction;
+        }
+        previous = (le, count);
+    }
+    previous.0
+}
+
 /// Deletes (and waits for) then creates the namespace `name`. The deletion may need a
 /// controller this benchmark started (finalizers): it fails at once if that one exits.
 pub async fn recreate_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
@@ -166,5 +239,35 @@ pub async fn wait_components_idle(names: &[&str], max_share: f64, bound: Duratio
         if start.elapsed() >= bound {
             return Ok(None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_interpolate_within_the_bucket() {
+        let text = "\
+x_bucket{type=\"Runbook\",le=\"0.01\"} 50
+x_bucket{type=\"Runbook\",le=\"0.1\"} 90
+x_bucket{type=\"Runbook\",le=\"+Inf\"} 100
+x_bucket{type=\"Backup\",le=\"0.01\"} 7
+x_sum{type=\"Runbook\"} 3
+";
+        let buckets = histogram_buckets(text, "x", &["type=\"Runbook\""]);
+        assert_eq!(buckets, vec![(0.01, 50.0), (0.1, 90.0), (f64::INFINITY, 100.0)]);
+        assert!((histogram_quantile(&buckets, 0.5) - 0.01).abs() < 1e-9);
+        assert!((histogram_quantile(&buckets, 0.7) - 0.055).abs() < 1e-9);
+        assert!(
+            (histogram_quantile(&buckets, 0.99) - 0.1).abs() < 1e-9,
+            "in +Inf: the highest bound"
+        );
+        let before = vec![(0.01, 40.0), (0.1, 40.0), (f64::INFINITY, 40.0)];
+        assert_eq!(
+            histogram_delta(&buckets, &before),
+            vec![(0.01, 10.0), (0.1, 50.0), (f64::INFINITY, 60.0)]
+        );
+        assert!(histogram_quantile(&[], 0.5).is_nan());
     }
 }

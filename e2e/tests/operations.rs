@@ -10,11 +10,14 @@ use e2e::{
     TestContext,
     apps::{app, apply_app, start_controller, wait_deployed},
     ops::{
-        OPERATION_TIMEOUT, bare_app, create_operation, operation, phase_reason, start_engine, wait_operation,
+        OPERATION_TIMEOUT, bare_app, create_operation, operation, phase_reason, start_engine, summary, wait_operation,
         wait_phase,
     },
 };
-use k8s_openapi::api::{batch::v1::Job, core::v1::ConfigMap};
+use k8s_openapi::api::{
+    batch::v1::Job,
+    core::v1::{ConfigMap, ResourceQuota},
+};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -113,6 +116,38 @@ async fn runbook_jobs_succeed_and_fail_with_job_reasons() -> anyhow::Result<()> 
     )
     .await?;
     wait_phase(&ctx, "orphan", OperationPhase::Failed, "ApplicationNotFound").await?;
+
+    // A Job the namespace's quota refuses: the Operation says why while the engine retries,
+    // and goes on once the quota is lifted.
+    let quotas = ctx.api::<ResourceQuota>();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-jobs"},
+        "spec": {"hard": {"count/jobs.batch": "0"}},
+    }))?;
+    quotas.create(&Default::default(), &quota).await?;
+    create_operation(
+        &ctx,
+        &operation("quota", "wiki", "Runbook", json!({"job": job("true")})),
+    )
+    .await?;
+    let refused = wait_operation(&ctx, "quota", "the quota's refusal shown", OPERATION_TIMEOUT, |op| {
+        let status = op.status.clone().unwrap_or_default();
+        status.phase == Some(OperationPhase::Running)
+            && status.conditions.iter().any(|c| {
+                c.type_ == "Succeeded"
+                    && c.message
+                        .starts_with("the Kubernetes API refused a request (403 Forbidden)")
+                    && c.message.contains("quota")
+            })
+    })
+    .await?;
+    assert!(
+        ctx.api::<Job>().get_opt("quota").await?.is_none(),
+        "{}",
+        summary(&refused)
+    );
+    quotas.delete("no-jobs", &Default::default()).await?;
+    wait_phase(&ctx, "quota", OperationPhase::Succeeded, "Completed").await?;
     drop(engine);
     Ok(())
 }

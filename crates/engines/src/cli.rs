@@ -96,6 +96,7 @@ impl EngineMain {
                     &common.identity,
                 );
                 publisher.register_metrics(&rt.metrics);
+                let end_from_child = crate::metrics::EndFromChild::register(&rt.metrics);
                 let settings = EngineSettings {
                     name,
                     field_manager,
@@ -105,6 +106,7 @@ impl EngineMain {
                     metrics: rt.metrics,
                     recorder,
                     publisher,
+                    end_from_child,
                 };
                 let synced = SyncTracker::new(self.controllers.len(), rt.readiness);
                 let client = rt.client;

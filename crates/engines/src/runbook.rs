@@ -102,6 +102,13 @@ impl Driver for RunbookDriver {
         true
     }
 
+    fn claim_outcome(&self, cx: &Cx) -> Option<Outcome> {
+        // What `drive` reports for the Job it is about to create: a Job without status.
+        let object = Self::job_object(cx).ok()?.ok()?;
+        let reference = meta::reference_of(&object).into_iter().collect();
+        Some(job::map_job(&object).into_outcome(reference))
+    }
+
     fn poll_interval(&self) -> Duration {
         // The Job watch wakes us on every change; this is only a safety net.
         Duration::from_secs(60)

@@ -27,13 +27,14 @@
 //! waiting in the work queue behind every start queued before it ([`end_from_child_event`]).
 
 use std::{
+    collections::HashMap,
     future::Future,
     ops::ControlFlow,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use api::{
@@ -85,8 +86,10 @@ const FAST_END_STALE_WAIT: Duration = Duration::from_millis(50);
 /// What one try of the fast lane did.
 #[derive(Debug, PartialEq, Eq)]
 enum FastEnd {
-    /// Ended the Operation, or left it to the work queue.
-    Done,
+    /// Wrote the end.
+    Ended,
+    /// Nothing to end, or left to the work queue.
+    Left,
     /// Decided on a stale copy: the write lost with a conflict.
     Stale,
 }
@@ -157,6 +160,15 @@ pub trait Driver: Send + Sync + 'static {
     /// queued before it); see [`end_from_child_event`].
     fn ends_from_child_events(&self) -> bool {
         false
+    }
+
+    /// The status the claim writes, when the driver can tell from the Operation alone what
+    /// [`Driver::drive`] will report once its children exist (`None`: `Running`, "Starting").
+    /// Written with the claim, it spares the write after the children's creation; and a child
+    /// that ends quickly then finds its Operation as the end is decided on, so the end is
+    /// written at once instead of losing to a stale copy and waiting.
+    fn claim_outcome(&self, _cx: &Cx) -> Option<Outcome> {
+        None
     }
 
     /// While Running, look again this often even when no watch fires.
@@ -246,6 +258,8 @@ pub struct EngineSettings {
     pub recorder: Recorder,
     /// Status changes go to the agent's status channel (a no-op when none is configured).
     pub publisher: status_channel::Publisher,
+    /// The fast lane's timings.
+    pub end_from_child: crate::metrics::EndFromChild,
 }
 
 #[cfg(test)]
@@ -261,13 +275,15 @@ impl EngineSettings {
             controller: "backup-engine".into(),
             instance: None,
         };
+        let metrics = controller_kit::Metrics::new("test");
         Ok(Self {
+            end_from_child: crate::metrics::EndFromChild::register(&metrics),
+            metrics,
             name: "backup-engine",
             field_manager: "vworkspace-backup-engine",
             scope: WatchScope::new(policy, None)?,
             concurrency: 1,
             gate: LeaderGate::always_leader(),
-            metrics: controller_kit::Metrics::new("test"),
             recorder: Recorder::new(client.clone(), reporter),
             publisher: status_channel::Publisher::disabled(),
         })
@@ -304,9 +320,35 @@ struct Context<D> {
     settings: EngineSettings,
     metrics: ControllerMetrics,
     failures: RetryBackoff<ObjectRef<DeserializeGuard<Operation>>>,
+    /// Operations the fast lane is deciding on now (with the events being handled), so the
+    /// work queue, woken by the same event, leaves the end to it.
+    fast_lane: Mutex<HashMap<OpRef, usize>>,
 }
 
 impl<D> Context<D> {
+    /// Notes that the fast lane handles an event of `op_ref` (`true`), or is done with it.
+    fn fast_lane_handles(&self, op_ref: &OpRef, handles: bool) {
+        let Ok(mut in_flight) = self.fast_lane.lock() else {
+            return;
+        };
+        let count = in_flight.entry(op_ref.clone()).or_insert(0);
+        if handles {
+            *count += 1;
+        } else {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                in_flight.remove(op_ref);
+            }
+        }
+    }
+
+    /// Whether the fast lane is deciding on `op_ref` now.
+    fn fast_lane_has(&self, op_ref: &OpRef) -> bool {
+        self.fast_lane
+            .lock()
+            .is_ok_and(|in_flight| in_flight.contains_key(op_ref))
+    }
+
     /// What a driver sees of `op` at `now`: this engine's client, caches and settings.
     fn cx(&self, op: Operation, app: Option<ApplicationInstance>, siblings: Vec<Operation>, now: Timestamp) -> Cx {
         Cx {
@@ -360,7 +402,7 @@ pub async fn run<D: Driver>(
     let mut cached_children = ChildCache::default();
     // The fast lane for ends decided from a child's event (`Driver::ends_from_child_events`).
     let (ended_tx, ended_rx) = if driver.ends_from_child_events() {
-        let (tx, rx) = tokio::sync::mpsc::channel::<OpRef>(FAST_END_BUFFER);
+        let (tx, rx) = tokio::sync::mpsc::channel::<(OpRef, Instant)>(FAST_END_BUFFER);
         (Some(tx), Some(rx))
     } else {
         (None, None)
@@ -388,7 +430,7 @@ pub async fn run<D: Driver>(
                             && let Some(owner) = operation_owner(child)
                         {
                             // Full: the work queue still has the event.
-                            let _ = sender.try_send(owner);
+                            let _ = sender.try_send((owner, Instant::now()));
                         }
                     });
                 controller.owns_stream_with(stream, resource)
@@ -437,27 +479,34 @@ pub async fn run<D: Driver>(
         settings: settings.clone(),
         // 1 s doubling to 5 min.
         failures: RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+        fast_lane: Mutex::default(),
     });
     drop(ended_tx);
     if let Some(mut ended) = ended_rx {
         let (ctx, store) = (ctx.clone(), reader.clone());
         // Ends when the child watches (the senders) are dropped with the controller.
         tokio::spawn(
-            futures::stream::poll_fn(move |cx| ended.poll_recv(cx)).for_each_concurrent(FAST_END_CONCURRENCY, move |op_ref| {
+            futures::stream::poll_fn(move |cx| ended.poll_recv(cx)).for_each_concurrent(FAST_END_CONCURRENCY, move |(op_ref, arrived)| {
                 let (ctx, store) = (ctx.clone(), store.clone());
                 async move {
+                    ctx.fast_lane_handles(&op_ref, true);
                     // A conflict means the copy was stale (a Running write of the work queue
                     // landed first): look again once the watch brought the newer version.
                     for _ in 0..FAST_END_ATTEMPTS {
                         match end_from_child_event(&op_ref, &store, &ctx).await {
                             Ok(FastEnd::Stale) => tokio::time::sleep(FAST_END_STALE_WAIT).await,
-                            Ok(FastEnd::Done) => break,
+                            Ok(FastEnd::Ended) => {
+                                ctx.settings.end_from_child.observe(ctx.driver.op_type(), arrived.elapsed());
+                                break;
+                            }
+                            Ok(FastEnd::Left) => break,
                             Err(e) => {
                                 debug!(error = %e, operation = %op_ref, "ending from a child's event failed; the work queue retries");
                                 break;
                             }
                         }
                     }
+                    ctx.fast_lane_handles(&op_ref, false);
                 }
             }),
         );
@@ -496,10 +545,10 @@ async fn end_from_child_event<D: Driver>(
     ctx: &Context<D>,
 ) -> Result<FastEnd, DriverError> {
     let Some(guard) = store.get(op_ref) else {
-        return Ok(FastEnd::Done);
+        return Ok(FastEnd::Left);
     };
     let Ok(op) = &guard.0 else {
-        return Ok(FastEnd::Done);
+        return Ok(FastEnd::Left);
     };
     let namespace = op.namespace().unwrap_or_default();
     let phase = op.status.as_ref().and_then(|s| s.phase);
@@ -509,7 +558,7 @@ async fn end_from_child_event<D: Driver>(
         || phase.is_some_and(OperationPhase::is_terminal)
         || !ctx.settings.scope.allows(&namespace)
     {
-        return Ok(FastEnd::Done);
+        return Ok(FastEnd::Left);
     }
     let now = Timestamp::now();
     let cx = ctx.cx(op.clone(), None, Vec::new(), now);
@@ -519,12 +568,13 @@ async fn end_from_child_event<D: Driver>(
         Err(e) => return Err(e),
     };
     if !outcome.phase().is_terminal() {
-        return Ok(FastEnd::Done);
+        return Ok(FastEnd::Left);
     }
     let ops: Api<Operation> = Api::namespaced(ctx.client.clone(), &namespace);
     Ok(match record(&ops, &cx.op, outcome, ctx, now).await? {
         Recorded::Stale => FastEnd::Stale,
-        Recorded::Current | Recorded::Terminal => FastEnd::Done,
+        Recorded::Terminal => FastEnd::Ended,
+        Recorded::Current => FastEnd::Left,
     })
 }
 
@@ -649,13 +699,32 @@ async fn step<D: Driver>(op: Operation, ctx: &Context<D>) -> Result<Action, Driv
         if let Some((outcome, requeue)) = held {
             return finish(&ops, &cx.op, outcome, ctx, now, requeue).await;
         }
-        cx.op = claim(&ops, &cx.op, ctx, now).await?;
+        cx.op = claim(&ops, &cx, ctx, now).await?;
     }
 
+    let op_ref = OpRef::new(&cx.op.name_any()).within(&namespace);
     let outcome = match ctx.driver.drive(&cx).await {
+        Ok(outcome) if started && outcome.phase().is_terminal() && ctx.fast_lane_has(&op_ref) => {
+            // The fast lane is writing this end, from the same child event: writing it here
+            // too would only lose with a conflict. Look again once it is written.
+            return Ok(Action::requeue(STALE_END_RECHECK));
+        }
         Ok(outcome) => outcome,
         Err(DriverError::Domain(e)) => e.outcome(),
-        Err(e) => return Err(e),
+        Err(e) => {
+            // A refusal that will not pass by itself is shown on the Operation (its status
+            // would otherwise keep saying what the claim expected); the retry follows.
+            if let Some(message) = lasting_refusal(&e) {
+                let outcome = Outcome::Running {
+                    message,
+                    children: Vec::new(),
+                };
+                if let Err(write) = record(&ops, &cx.op, outcome, ctx, now).await {
+                    debug!(error = %write, "recording the refusal failed");
+                }
+            }
+            return Err(e);
+        }
     };
     let poll = ctx.driver.poll_interval();
     finish(&ops, &cx.op, outcome, ctx, now, Some(poll)).await
@@ -691,18 +760,40 @@ async fn refuse<D: Driver>(cx: &Cx, ctx: &Context<D>) -> Result<Option<Outcome>,
     }
 }
 
-/// Starts the Operation: writes `Running` with `startTime`, conditional on the
-/// `resourceVersion` it was decided on. Returns the Operation as written.
+/// The message of an API error a started Operation shows while it is retried: a refusal
+/// that will not pass by itself (a quota, an admission policy, an object the API server
+/// finds invalid, missing rights). Conflicts, timeouts, throttling, server and connection
+/// errors pass by themselves and are only retried.
+fn lasting_refusal(error: &DriverError) -> Option<String> {
+    let DriverError::Kube(kube::Error::Api(status)) = error else {
+        return None;
+    };
+    let passes = matches!(status.code, 408 | 409 | 429) || !(400..500).contains(&status.code);
+    (!passes).then(|| {
+        format!(
+            "the Kubernetes API refused a request ({} {}): {}; retrying with backoff",
+            status.code,
+            status.reason,
+            // Validation errors can list many fields.
+            api::text::prefix_within(&status.message, 1000)
+        )
+    })
+}
+
+/// Starts the Operation: writes `Running` with `startTime` (and what the driver expects to
+/// report, [`Driver::claim_outcome`]), conditional on the `resourceVersion` it was decided
+/// on. Returns the Operation as written.
 async fn claim<D: Driver>(
     ops: &Api<Operation>,
-    op: &Operation,
+    cx: &Cx,
     ctx: &Context<D>,
     now: Timestamp,
 ) -> Result<Operation, DriverError> {
-    let outcome = Outcome::Running {
+    let op = &cx.op;
+    let outcome = ctx.driver.claim_outcome(cx).unwrap_or_else(|| Outcome::Running {
         message: "Starting".into(),
         children: Vec::new(),
-    };
+    });
     let next = status::next_status(op.status.as_ref(), op.metadata.generation, outcome, now);
     let patch = serde_json::json!({
         "apiVersion": api::API_VERSION,

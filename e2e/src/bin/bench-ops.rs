@@ -26,7 +26,10 @@ use clap::Parser;
 use e2e::{
     apps::app,
     assert_loopback_only,
-    bench::{pause, percentile, recreate_namespace, rss_kib, wait_until},
+    bench::{
+        histogram_buckets, histogram_delta, histogram_quantile, pause, percentile, recreate_namespace, rss_kib,
+        wait_until,
+    },
     client,
     deploy::{http_get, metric_sum},
     ops::operation,
@@ -127,6 +130,17 @@ async fn apiserver_writes(client: &Client) -> anyhow::Result<f64> {
     Ok(total)
 }
 
+/// The API server's request latency histogram of Operation status applies (everyone's).
+async fn status_apply_latency(client: &Client) -> anyhow::Result<Vec<(f64, f64)>> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(req).await?;
+    Ok(histogram_buckets(
+        &text,
+        "apiserver_request_duration_seconds",
+        &["resource=\"operations\"", "subresource=\"status\"", "verb=\"APPLY\""],
+    ))
+}
+
 async fn engine_writes(admin: &str) -> anyhow::Result<f64> {
     Ok(metric_sum(
         &http_get(admin, "/metrics").await?,
@@ -194,6 +208,7 @@ async fn main() -> anyhow::Result<()> {
     let rss_idle = rss_kib(pid).unwrap_or_default();
     let writes_before = engine_writes(&admin).await?;
     let api_before = apiserver_writes(&client).await?;
+    let status_latency_before = status_apply_latency(&client).await?;
 
     let ops: Api<Operation> = Api::namespaced(client.clone(), NAMESPACE);
     let done = spawn_first_seen(ops.clone(), operation_terminal);
@@ -261,6 +276,12 @@ async fn main() -> anyhow::Result<()> {
     relay.sort_by(f64::total_cmp);
     let writes = engine_writes(&admin).await? - writes_before;
     let api_writes = apiserver_writes(&client).await? - api_before;
+    let status_latency = histogram_delta(&status_apply_latency(&client).await?, &status_latency_before);
+    let fast_lane = histogram_buckets(
+        &http_get(&admin, "/metrics").await?,
+        "vworkspace_operation_end_from_child_seconds",
+        &["type=\"Runbook\""],
+    );
     let rss_peak = *peak.lock().expect("lock");
 
     // At rest: nothing should be written any more.
@@ -285,6 +306,17 @@ async fn main() -> anyhow::Result<()> {
         percentile(&relay, 0.5),
         percentile(&relay, 0.99),
         relay.last().copied().unwrap_or(f64::NAN)
+    );
+    println!(
+        "    the engine's fast lane, child event in → its end write returned ({:.0} ends, from its histogram): p50 {:.0} ms, p99 {:.0} ms",
+        fast_lane.last().map_or(0.0, |(_, count)| *count),
+        histogram_quantile(&fast_lane, 0.5) * 1000.0,
+        histogram_quantile(&fast_lane, 0.99) * 1000.0
+    );
+    println!(
+        "    the API server's own time for an Operation status apply (all writers, same window): p50 {:.0} ms, p99 {:.0} ms",
+        histogram_quantile(&status_latency, 0.5) * 1000.0,
+        histogram_quantile(&status_latency, 0.99) * 1000.0
     );
     println!(
         "  engine RSS: idle {:.1} MiB, peak {:.1} MiB, after {:.1} MiB",

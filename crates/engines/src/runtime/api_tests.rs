@@ -27,6 +27,10 @@ struct Fake {
     validated: Arc<AtomicUsize>,
     /// What [`Driver::reads_application_once_started`] answers.
     reads_application: bool,
+    /// What [`Driver::claim_outcome`] answers.
+    claims: Option<Outcome>,
+    /// `drive` fails with an API error of this code instead of reporting.
+    fails_with: Option<u16>,
 }
 
 impl Fake {
@@ -37,6 +41,8 @@ impl Fake {
             driven: Arc::default(),
             validated: Arc::default(),
             reads_application: true,
+            claims: None,
+            fails_with: None,
         }
     }
 
@@ -59,12 +65,28 @@ impl Driver for Fake {
         Ok(self.refusal.clone())
     }
 
+    fn claim_outcome(&self, _cx: &Cx) -> Option<Outcome> {
+        self.claims.clone()
+    }
+
     async fn drive(&self, cx: &Cx) -> Result<Outcome, DriverError> {
         if let Ok(mut driven) = self.driven.lock() {
             driven.push(cx.op.metadata.resource_version.clone());
         }
-        Ok(self.outcome.clone())
+        match self.fails_with {
+            Some(code) => Err(api_error(code)),
+            None => Ok(self.outcome.clone()),
+        }
     }
+}
+
+fn api_error(code: u16) -> DriverError {
+    DriverError::Kube(kube::Error::Api(Box::new(kube::core::Status {
+        code,
+        reason: "Forbidden".into(),
+        message: "jobs \"x\" is forbidden: exceeded quota: team-a, requested: count/jobs.batch=1".into(),
+        ..Default::default()
+    })))
 }
 
 fn running(message: &str) -> Outcome {
@@ -86,6 +108,7 @@ fn context(driver: Fake, allowed: Option<&str>) -> anyhow::Result<(Arc<Context<F
         metrics: settings.metrics.controller(controller_name(OperationType::Backup)),
         settings,
         failures: RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+        fast_lane: Mutex::default(),
     };
     Ok((Arc::new(ctx), server))
 }
@@ -211,6 +234,85 @@ async fn start_claims_with_the_resource_version_then_drives() -> anyhow::Result<
         body["status"]["conditions"][0]["message"] == "Backup InProgress",
         "{body}"
     );
+    Ok(())
+}
+
+/// A driver that can tell what it will report once its children exist (the runbook engine:
+/// a Job just created) has the claim write it: one status write to start, none after the
+/// children's creation.
+#[tokio::test]
+async fn a_claim_that_says_what_the_driver_will_report_spares_the_next_write() -> anyhow::Result<()> {
+    let job = api::ObjectReference {
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        name: "wiki-backup-1".into(),
+        namespace: Some("team-a".into()),
+    };
+    let expected = Outcome::Running {
+        message: "Job team-a/wiki-backup-1 is running".into(),
+        children: vec![job],
+    };
+    let mut fake = Fake::reporting(expected.clone());
+    fake.claims = Some(expected.clone());
+    let (ctx, mut server) = context(fake, None)?;
+    let op = operation("41", None)?;
+    let claimed = operation("42", Some(status_at(None, expected, 1_800_000_000)?))?;
+    let mut script = reads(&op)?;
+    script.extend([
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&claimed)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ]);
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(result.is_ok(), "{result:?}");
+    ensure!(seen.iter().filter(|s| s.is_write()).count() == 2, "{seen:?}");
+    let body = seen[2].body()?;
+    ensure!(body["metadata"] == json!({"resourceVersion": "41"}), "{body}");
+    ensure!(
+        body["status"]["conditions"][0]["message"] == "Job team-a/wiki-backup-1 is running"
+            && body["status"]["children"][0]["name"] == "wiki-backup-1",
+        "{body}"
+    );
+    ensure!(ctx.driver.driven() == vec![Some("42".to_owned())]);
+    Ok(())
+}
+
+/// A started Operation whose driver is refused for good (here a quota) says so while the
+/// reconcile is retried; an error that passes by itself (a conflict, a server error) is
+/// only retried, without a write.
+#[tokio::test]
+async fn a_lasting_refusal_is_shown_while_it_is_retried() -> anyhow::Result<()> {
+    let started = status_at(None, running("Starting"), 1_800_000_000)?;
+    let op = operation("43", Some(started))?;
+
+    let mut fake = Fake::reporting(running("unused"));
+    fake.fails_with = Some(403);
+    let (ctx, mut server) = context(fake, None)?;
+    let mut script = reads_once_started();
+    script.push(Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?));
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(
+        matches!(&result, Err(DriverError::Kube(kube::Error::Api(s))) if s.code == 403),
+        "{result:?}"
+    );
+    let body = seen[1].body()?;
+    ensure!(body["metadata"]["resourceVersion"] == "43", "{body}");
+    let message = body["status"]["conditions"][0]["message"].as_str().unwrap_or_default();
+    ensure!(
+        phase(&seen[1])? == "Running"
+            && message.starts_with(
+                "the Kubernetes API refused a request (403 Forbidden): jobs \"x\" is forbidden: exceeded quota"
+            ),
+        "{message}"
+    );
+
+    for code in [409, 429, 500, 503] {
+        let mut fake = Fake::reporting(running("unused"));
+        fake.fails_with = Some(code);
+        let (ctx, mut server) = context(fake, None)?;
+        let (result, seen) = reconcile_once(&mut server, &ctx, &op, reads_once_started()).await?;
+        ensure!(result.is_err(), "{code}: {result:?}");
+        ensure!(seen.iter().all(|s| !s.is_write()), "{code}: {seen:?}");
+    }
     Ok(())
 }
 
@@ -351,7 +453,7 @@ async fn the_fast_lane_writes_an_end_from_the_caches() -> anyhow::Result<()> {
         Step::echo(Method::POST, EVENTS_PATH),
     ];
     let (result, seen) = server.run(script, end_from_child_event(&op_ref, &store, &ctx)).await?;
-    ensure!(matches!(result, Ok(FastEnd::Done)), "{result:?}");
+    ensure!(matches!(result, Ok(FastEnd::Ended)), "{result:?}");
     ensure!(phase(&seen[0])? == "Failed", "{seen:?}");
     ensure!(seen[0].body()?["metadata"] == json!({"resourceVersion": "43"}));
     ensure!(seen[1].body()?["reason"] == "Failed");
@@ -377,7 +479,7 @@ async fn the_fast_lane_writes_nothing_but_ends_of_started_operations() -> anyhow
         .run(Vec::new(), end_from_child_event(&op_ref, &store_of(&started), &ctx))
         .await?;
     ensure!(
-        matches!(result, Ok(FastEnd::Done)) && seen.is_empty(),
+        matches!(result, Ok(FastEnd::Left)) && seen.is_empty(),
         "{result:?} {seen:?}"
     );
 
@@ -389,10 +491,40 @@ async fn the_fast_lane_writes_nothing_but_ends_of_started_operations() -> anyhow
         .run(Vec::new(), end_from_child_event(&op_ref, &store_of(&pending), &ctx))
         .await?;
     ensure!(
-        matches!(result, Ok(FastEnd::Done)) && seen.is_empty(),
+        matches!(result, Ok(FastEnd::Left)) && seen.is_empty(),
         "{result:?} {seen:?}"
     );
     ensure!(ctx.driver.driven().is_empty(), "not driven before the start");
+    Ok(())
+}
+
+/// The work queue, woken by the child event the fast lane is ending the Operation from,
+/// leaves the end to it (writing it too would only lose with a conflict) and looks again
+/// soon; once the fast lane is done with it, the work queue writes an end itself.
+#[tokio::test]
+async fn the_work_queue_leaves_an_end_to_the_fast_lane_deciding_it() -> anyhow::Result<()> {
+    let mut driver = Fake::reporting(Outcome::failed("BackoffLimitExceeded", "Job wiki-backup-1 failed"));
+    driver.reads_application = false;
+    let (ctx, mut server) = context(driver, None)?;
+    let op = operation("43", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
+    let op_ref = ObjectRef::from_obj(&DeserializeGuard(Ok(op.clone())));
+    ctx.fast_lane_handles(&op_ref, true);
+    ctx.fast_lane_handles(&op_ref, true);
+    ctx.fast_lane_handles(&op_ref, false);
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, Vec::new()).await?;
+    ensure!(
+        matches!(&result, Ok(a) if *a == Action::requeue(STALE_END_RECHECK)) && seen.is_empty(),
+        "{result:?} {seen:?}"
+    );
+
+    ctx.fast_lane_handles(&op_ref, false);
+    let script = vec![
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ];
+    let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
+    ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
+    ensure!(phase(&seen[0])? == "Failed", "{seen:?}");
     Ok(())
 }
 
