@@ -256,6 +256,9 @@ async fn first_reconcile_writes_everything_once_and_the_next_one_only_reads() ->
         let apply = find(&seen, Method::PATCH, path)?;
         ensure!(apply.query("fieldManager") == Some(FIELD_MANAGER), "{path}");
     }
+    // The release is read from the API server's watch cache, as an informer holds it.
+    let release_read = find(&seen, Method::GET, HR_PATH)?;
+    ensure!(release_read.query("resourceVersion") == Some("0"), "{release_read:?}");
     for path in [repository_path.as_str(), HR_PATH] {
         let apply = find(&seen, Method::PATCH, path)?;
         ensure!(apply.query("fieldManager") == Some(FIELD_MANAGER), "{path}");

@@ -20,7 +20,7 @@
 
 use api::{ApplicationInstance, EngineKind};
 use futures::future::BoxFuture;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, GetParams, ListParams};
 use kube::{Client, ResourceExt};
 use tracing::info;
 
@@ -302,8 +302,12 @@ impl FluxEngine {
         app: &ApplicationInstance,
         id: AppId<'_>,
     ) -> Result<Option<DynamicObject>, EngineError> {
-        let Some(existing) = self.api(kind, id.namespace).get_opt(id.name).await? else {
-            return Ok(None);
+        // From the API server's watch cache (`resourceVersion=0`), as an informer would hold it,
+        // not a quorum read from etcd: this read is on every reconcile's path.
+        let existing = match self.api(kind, id.namespace).get_with(id.name, &GetParams::any()).await {
+            Ok(existing) => existing,
+            Err(kube::Error::Api(status)) if is_not_found(&status) => return Ok(None),
+            Err(err) => return Err(err.into()),
         };
         let name = format!("{} {}/{}", kind.kind, id.namespace, id.name);
         if is_terminating(&existing.metadata) {
