@@ -162,8 +162,7 @@ pub fn service_account_needs_apply(existing: Option<&Value>) -> bool {
 /// Only the terminal conditions `Complete` and `Failed` end the Operation. Kubernetes sets
 /// the interim `SuccessCriteriaMet` and `FailureTarget` as soon as the outcome is decided,
 /// and the terminal condition once every pod has terminated: ending earlier would let the
-/// next Operation start while the Job's pods are still running. The message names a coming
-/// failure (and the pods that failed so far), not pod counts that change with every pod.
+/// next Operation start while the Job's pods are still running.
 pub fn map_job(job: &Value) -> Progress {
     let name = meta::display_name(job);
     let condition = |type_: &str| {
@@ -202,9 +201,9 @@ pub fn map_job(job: &Value) -> Progress {
             report: Report::default(),
         };
     }
-    // Only what changes the story goes into the message: a status write per pod that starts
-    // or per interim condition (`SuccessCriteriaMet` comes just before `Complete`) cost a
-    // write per Operation and raced the write of its end.
+    // The message names a coming failure and the pods that failed so far, nothing that changes
+    // with every pod or interim condition (`SuccessCriteriaMet` comes just before `Complete`):
+    // each such change cost a status write per Operation and raced the write of its end.
     let failed = count("failed");
     let message = if let Some(target) = condition("FailureTarget") {
         format!(

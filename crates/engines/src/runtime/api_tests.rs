@@ -174,6 +174,14 @@ fn status_at(current: Option<&OperationStatus>, outcome: Outcome, second: i64) -
     ))
 }
 
+/// The status write (answered with `written`) and the Event that follows it.
+fn status_written_with_event(written: &Operation) -> anyhow::Result<[Step; 2]> {
+    Ok([
+        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(written)?),
+        Step::echo(Method::POST, EVENTS_PATH),
+    ])
+}
+
 fn phase(write: &Seen) -> anyhow::Result<&str> {
     write.body()?["status"]["phase"].as_str().context("no status.phase")
 }
@@ -188,11 +196,8 @@ async fn start_claims_with_the_resource_version_then_drives() -> anyhow::Result<
     let op = operation("41", None)?;
     let claimed = operation("42", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
     let mut script = reads(&op)?;
-    script.extend([
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&claimed)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&claimed)?),
-    ]);
+    script.extend(status_written_with_event(&claimed)?);
+    script.push(Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&claimed)?));
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(
         matches!(&result, Ok(a) if *a == Action::requeue(Duration::from_secs(10))),
@@ -258,10 +263,7 @@ async fn a_claim_that_says_what_the_driver_will_report_spares_the_next_write() -
     let op = operation("41", None)?;
     let claimed = operation("42", Some(status_at(None, expected, 1_800_000_000)?))?;
     let mut script = reads(&op)?;
-    script.extend([
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&claimed)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-    ]);
+    script.extend(status_written_with_event(&claimed)?);
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(result.is_ok(), "{result:?}");
     ensure!(seen.iter().filter(|s| s.is_write()).count() == 2, "{seen:?}");
@@ -384,10 +386,7 @@ async fn the_end_is_written_once_with_one_event() -> anyhow::Result<()> {
     let started = status_at(None, running("Starting"), 1_800_000_000)?;
     let op = operation("43", Some(started))?;
     let mut script = reads_once_started();
-    script.extend([
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-    ]);
+    script.extend(status_written_with_event(&op)?);
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
     ensure!(phase(&seen[1])? == "Succeeded");
@@ -448,10 +447,7 @@ async fn the_fast_lane_writes_an_end_from_the_caches() -> anyhow::Result<()> {
     let op = operation("43", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
     let store = store_of(&op);
     let op_ref = ObjectRef::from_obj(&DeserializeGuard(Ok(op.clone())));
-    let script = vec![
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-    ];
+    let script = status_written_with_event(&op)?.to_vec();
     let (result, seen) = server.run(script, end_from_child_event(&op_ref, &store, &ctx)).await?;
     ensure!(matches!(result, Ok(FastEnd::Ended)), "{result:?}");
     ensure!(phase(&seen[0])? == "Failed", "{seen:?}");
@@ -518,10 +514,7 @@ async fn the_work_queue_leaves_an_end_to_the_fast_lane_deciding_it() -> anyhow::
     );
 
     ctx.fast_lane_handles(&op_ref, false);
-    let script = vec![
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-    ];
+    let script = status_written_with_event(&op)?.to_vec();
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
     ensure!(phase(&seen[0])? == "Failed", "{seen:?}");
@@ -537,10 +530,7 @@ async fn a_started_operation_whose_driver_ignores_the_application_writes_its_end
     driver.reads_application = false;
     let (ctx, mut server) = context(driver, None)?;
     let op = operation("43", Some(status_at(None, running("Starting"), 1_800_000_000)?))?;
-    let script = vec![
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-    ];
+    let script = status_written_with_event(&op)?.to_vec();
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
     ensure!(phase(&seen[0])? == "Failed", "{seen:?}");
@@ -555,12 +545,8 @@ async fn a_started_operation_whose_driver_ignores_the_application_writes_its_end
 async fn a_refusal_before_start_fails_without_claiming() -> anyhow::Result<()> {
     let (ctx, mut server) = context(Fake::reporting(running("never")), None)?;
     let op = operation("41", None)?;
-    let script = vec![
-        Step::get(OPS_PATH, list(&[&op])?),
-        Step::not_found(APP_PATH),
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-    ];
+    let mut script = vec![Step::get(OPS_PATH, list(&[&op])?), Step::not_found(APP_PATH)];
+    script.extend(status_written_with_event(&op)?);
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(matches!(&result, Ok(a) if *a == Action::await_change()), "{result:?}");
     let body = seen[2].body()?;
@@ -589,10 +575,7 @@ async fn a_driver_refusal_fails_without_claiming() -> anyhow::Result<()> {
     let (ctx, mut server) = context(driver, None)?;
     let op = operation("41", None)?;
     let mut script = reads(&op)?;
-    script.extend([
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-    ]);
+    script.extend(status_written_with_event(&op)?);
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(result.is_ok(), "{result:?}");
     ensure!(phase(&seen[2])? == "Failed" && seen[2].body()?["status"].get("startTime").is_none());
@@ -607,10 +590,7 @@ async fn a_driver_refusal_fails_without_claiming() -> anyhow::Result<()> {
 async fn a_refused_namespace_fails_before_any_read() -> anyhow::Result<()> {
     let (ctx, mut server) = context(Fake::reporting(running("never")), Some("team-b"))?;
     let op = operation("41", None)?;
-    let script = vec![
-        Step::ok(Method::PATCH, OP_STATUS_PATH, serde_json::to_value(&op)?),
-        Step::echo(Method::POST, EVENTS_PATH),
-    ];
+    let script = status_written_with_event(&op)?.to_vec();
     let (result, seen) = reconcile_once(&mut server, &ctx, &op, script).await?;
     ensure!(result.is_ok(), "{result:?}");
     let body = seen[0].body()?;
