@@ -125,6 +125,35 @@ async fn install_reaches_ready_with_values_rendered_and_status_mirrored() -> any
             .iter()
             .all(|c| c.observed_generation == ready.metadata.generation)
     );
+    // Every write is attributed: the finalizer's merge patch too, not `unknown`.
+    let writers: Vec<(String, String, String)> = ready
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| {
+            let fields = m.fields_v1.as_ref().map(|f| f.0.to_string()).unwrap_or_default();
+            (
+                m.manager.clone().unwrap_or_default(),
+                m.operation.clone().unwrap_or_default(),
+                fields,
+            )
+        })
+        .collect();
+    assert!(
+        writers
+            .iter()
+            .any(|(manager, operation, fields)| manager == "vworkspace-app-controller"
+                && operation == "Update"
+                && fields.contains("f:finalizers")),
+        "{writers:?}"
+    );
+    assert!(
+        writers
+            .iter()
+            .all(|(manager, ..)| !manager.is_empty() && manager != "unknown"),
+        "{writers:?}"
+    );
 
     // Relayed verbatim: our Ready message is the HelmRelease's.
     let hr = flux::helm_releases(&ctx).get("wiki").await?;

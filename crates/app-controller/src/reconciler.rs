@@ -213,8 +213,16 @@ async fn add_finalizer(
         "metadata": {"finalizers": finalizers, "resourceVersion": app.resource_version()},
     });
     ctx.metrics.api_write(WriteVerb::Patch, API_KIND);
-    api.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
+    api.patch(&app.name_any(), &merge_params(), &Patch::Merge(&patch)).await
+}
+
+/// Parameters of the controller's merge patches (the finalizer's addition and removal):
+/// named, so `managedFields` says who wrote the finalizer instead of `unknown`.
+fn merge_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    }
 }
 
 /// Exponential requeue per object (2 s, 4 s, 8 s … capped at 5 min); uninstall waits poll quickly.
@@ -469,7 +477,7 @@ async fn refuse_namespace(
             let finalizers: Vec<&String> = app.finalizers().iter().filter(|f| *f != FINALIZER).collect();
             let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
             ctx.metrics.api_write(WriteVerb::Patch, "ApplicationInstance");
-            api.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            api.patch(&app.name_any(), &merge_params(), &Patch::Merge(&patch))
                 .await?;
         }
         return Ok(Action::await_change());

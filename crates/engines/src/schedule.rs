@@ -418,8 +418,15 @@ async fn write_status(
             // A merge patch: the field goes whoever else once wrote it.
             let patch = serde_json::json!({"status": {"backupSchedule": null}});
             ctx.metrics.api_write(WriteVerb::Patch, "ApplicationInstance");
-            apps.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            apps.patch_status(
+                &name,
+                &PatchParams {
+                    field_manager: Some(ctx.settings.field_manager.to_owned()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await?;
         }
     }
     Ok(())

@@ -209,7 +209,11 @@ impl RestoreDriver {
                 let object: DynamicObject = serde_json::from_value(object)
                     .map_err(|e| DriverError::Retry(format!("scratch namespace object: {e}")))?;
                 cx.metrics.api_write(WriteVerb::Create, "Namespace");
-                match namespace_api.create(&PostParams::default(), &object).await {
+                let params = PostParams {
+                    field_manager: Some(cx.field_manager.to_owned()),
+                    ..PostParams::default()
+                };
+                match namespace_api.create(&params, &object).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(e)) if e.code == 409 => {}
                     Err(kube::Error::Api(e)) if e.code == 403 => {
@@ -262,7 +266,14 @@ impl RestoreDriver {
                 let patch = verify::verdict_patch(&evidence)?;
                 cx.metrics.api_write(WriteVerb::Patch, "Restore");
                 Api::<DynamicObject>::namespaced_with(cx.client.clone(), &self.velero_namespace, &velero_restores())
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch(
+                        &name,
+                        &PatchParams {
+                            field_manager: Some(cx.field_manager.to_owned()),
+                            ..PatchParams::default()
+                        },
+                        &Patch::Merge(&patch),
+                    )
                     .await?;
                 running(format!(
                     "verification {}: {}; removing the scratch namespace {scratch}",

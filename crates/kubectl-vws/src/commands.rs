@@ -310,7 +310,11 @@ async fn operate(
     let op = request::operation(&session.namespace, app, &request_id, intent);
     let name = op.name_any();
     let ops = session.operations();
-    match ops.create(&PostParams::default(), &op).await {
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    match ops.create(&params, &op).await {
         Ok(_) => write(
             out,
             &format!("operation.vworkspace.io/{name} created (requestId {request_id})\n"),
