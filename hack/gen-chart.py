@@ -469,6 +469,14 @@ AGENT_VALUES = [
 ]
 
 
+APP_CONTROLLER_VALUES = [
+    "  # The app controller's finalizer set at admission (deploy/components/admission-finalizer):",
+    "  # a MutatingAdmissionPolicy, so Kubernetes 1.36 or newer. One write fewer per new",
+    "  # application (docs/install/README.md#finalizer-at-admission).",
+    "  finalizerAtAdmission: false",
+]
+
+
 def values_yaml(defaults: Defaults, comments: dict[str, str], version: str) -> str:
     g = defaults.globals
     out = [
@@ -531,6 +539,7 @@ def values_yaml(defaults: Defaults, comments: dict[str, str], version: str) -> s
                 "  tolerations: []",
                 "  affinity: {}",
                 *(AGENT_VALUES if binary == "agent" else []),
+                *(APP_CONTROLLER_VALUES if binary == "app-controller" else []),
                 ""]
     out += [
         "# Push mode for the agent (deploy/components/agent-push): an HTTPS endpoint on 8443",
@@ -641,6 +650,11 @@ def generate(k: Kustomize) -> dict[str, str]:
         if d.kind == "Deployment":
             parametrise_flux(d, defaults)
     files["templates/flux.yaml"] = template_file("deploy/components/flux (deploy/flux)", ".Values.flux.enabled", flux)
+
+    finalizer = split_docs(k.components("admission-finalizer"), escape=True)
+    files["templates/admission-finalizer.yaml"] = template_file(
+        "deploy/components/admission-finalizer",
+        "and .Values.appController.enabled .Values.appController.finalizerAtAdmission", finalizer)
 
     vap = (DEPLOY / "crds" / "admission-policies.yaml").read_text()
     files["templates/admission-policies.yaml"] = (

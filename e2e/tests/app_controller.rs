@@ -720,3 +720,117 @@ async fn apps_of_a_namespace_share_one_chart_source_until_the_last_leaves() -> a
     wait_helm_repositories(&ctx, "no source left", &[]).await?;
     Ok(())
 }
+
+/// deploy/components/admission-finalizer: the finalizer is on the ApplicationInstance from
+/// its creation (before any controller runs), the controller writes no finalizer patch of
+/// its own, and deletion still uninstalls the release and lets the object go. The policy
+/// is the shipped one; the binding is this test's, limited to its namespace, because tests
+/// in the same cluster run applications with no app controller to remove a finalizer.
+#[tokio::test]
+async fn the_finalizer_set_at_admission_spares_the_controller_a_write() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-admfin").await?;
+    let policy_file = e2e::repo_root().join("deploy/components/admission-finalizer/finalizer-policy.yaml");
+    let policy_text = std::fs::read_to_string(&policy_file)?;
+    // The shipped policy document alone (the file's second document is the cluster-wide binding).
+    let policy = policy_text
+        .split("\n---\n")
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("no policy in {}", policy_file.display()))?;
+    e2e::deploy::kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=e2e",
+            "-f",
+            "-",
+        ],
+        Some(policy),
+    )
+    .await?;
+    let binding_name = format!("e2e-{}", ctx.namespace);
+    let binding = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": binding_name},
+        "spec": {"policyName": "vworkspace-app-controller-finalizer",
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ctx.namespace}}}},
+    });
+    e2e::deploy::kubectl(
+        &["apply", "--server-side", "--field-manager=e2e", "-f", "-"],
+        Some(&binding.to_string()),
+    )
+    .await?;
+    // Policies load asynchronously: dry-run creates until one comes back with the finalizer.
+    let apps = ctx.api::<ApplicationInstance>();
+    let probe = app("probe", "demo-app", "0.1.0", serde_json::json!({}));
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually(
+        &ctx,
+        "the admission policy to set the finalizer",
+        Duration::from_secs(30),
+        || {
+            let (apps, probe, dry_run) = (apps.clone(), probe.clone(), dry_run.clone());
+            async move {
+                let created = apps.create(&dry_run, &probe).await?;
+                Ok(if created.finalizers().is_empty() {
+                    Err("no finalizer yet".to_owned())
+                } else {
+                    Ok(())
+                })
+            }
+        },
+    )
+    .await?;
+
+    let created = apply_app(&ctx, &app("kept", "demo-app", "0.1.0", serde_json::json!({}))).await?;
+    assert_eq!(created.finalizers(), ["vworkspace.io/app-controller"]);
+    let _controller = start_controller(&ctx, &[]).await?;
+    let ready = wait_ready(&ctx, "kept", "True", "InstallSucceeded").await?;
+    let controller_updates: Vec<_> = ready
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.manager.as_deref() == Some("vworkspace-app-controller") && m.operation.as_deref() == Some("Update")
+        })
+        .collect();
+    assert!(controller_updates.is_empty(), "{controller_updates:?}");
+
+    apps.delete("kept", &DeleteParams::default()).await?;
+    let helm_secrets = ListParams::default().labels("owner=helm,name=kept");
+    eventually(
+        &ctx,
+        "ApplicationInstance, HelmRelease and Helm release gone",
+        RELEASE_TIMEOUT,
+        || async {
+            let app = apps.get_opt("kept").await?;
+            let hr = flux::helm_releases(&ctx).get_opt("kept").await?;
+            let secrets = ctx.api::<Secret>().list(&helm_secrets).await?.items.len();
+            Ok(if app.is_none() && hr.is_none() && secrets == 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "app {} hr {} helm secrets {secrets}",
+                    app.is_some(),
+                    hr.is_some()
+                ))
+            })
+        },
+    )
+    .await?;
+    e2e::deploy::kubectl(
+        &[
+            "delete",
+            "mutatingadmissionpolicybinding",
+            &binding_name,
+            "--ignore-not-found",
+        ],
+        None,
+    )
+    .await?;
+    Ok(())
+}

@@ -624,3 +624,21 @@ async fn publish(
         debug!(error = %e, "publishing event failed");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::FINALIZER;
+
+    /// The admission policy that sets the finalizer at creation names this one: with another
+    /// name, every new application would carry a finalizer nobody removes.
+    #[test]
+    fn the_admission_policy_sets_this_finalizer() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/components/admission-finalizer/finalizer-policy.yaml"
+        );
+        let policy = std::fs::read_to_string(path).expect("the policy file");
+        let expected = format!("finalizers: [\"{FINALIZER}\"]");
+        assert!(policy.contains(&expected), "{path} must add {expected}");
+    }
+}
