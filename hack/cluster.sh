@@ -94,15 +94,20 @@ ensure_netns() {
 # Nothing may leave the namespace: its interfaces are lo, the real node's bridge and the
 # veths of that node's pods (each enslaved to the bridge), and it has no default route.
 # Anything else means someone added an interface or a way out: refuse.
+# Name and master come from one listing: a pod's veth may go between two calls (a pod
+# terminating while `exec` runs), and asking for it by name would then fail.
 assert_contained() {
   local name master
-  while read -r name; do
+  while read -r name master; do
     name=${name%%@*}
     [[ $name == lo || $name == "$NODE_BRIDGE" ]] && continue
-    master=$(in_netns ip -o link show "$name" | grep -o 'master [^ ]*' | cut -d' ' -f2)
     [[ $name == veth* && $master == "$NODE_BRIDGE" ]] && continue
     die "netns $NETNS has an interface other than lo, $NODE_BRIDGE and its veths: $name"
-  done < <(in_netns ip -o link show | awk -F': ' '{print $2}')
+  done < <(in_netns ip -o link show | awk -F': ' '{
+    master = ""
+    if (match($0, / master [^ ]+/)) master = substr($0, RSTART + 8, RLENGTH - 8)
+    print $2, master
+  }')
   local default; default=$(in_netns ip route show default)
   [[ -z $default ]] || die "netns $NETNS has a default route: $default"
 }

@@ -73,7 +73,10 @@ pub fn assert_loopback_only() {
                 .collect()
         })
         .unwrap_or_default();
-    let foreign: Vec<&String> = ifaces.iter().filter(|name| !is_contained_interface(name)).collect();
+    let foreign: Vec<&String> = ifaces
+        .iter()
+        .filter(|name| !is_contained_interface(name) && interface_still_exists(name))
+        .collect();
     let has_default_route = std::fs::read_to_string("/proc/net/route")
         .map(|routes| {
             routes
@@ -88,6 +91,12 @@ pub fn assert_loopback_only() {
          (found interfaces {ifaces:?}, default route: {has_default_route}); \
          use `just e2e` or `hack/cluster.sh exec cargo test -p e2e`"
     );
+}
+
+/// A pod's veth may go between listing the interfaces and reading its master
+/// (a pod terminating while a test starts): one that is gone is not foreign.
+fn interface_still_exists(name: &str) -> bool {
+    std::path::Path::new("/sys/class/net").join(name).exists()
 }
 
 fn is_contained_interface(name: &str) -> bool {
