@@ -1,11 +1,15 @@
 //! Helpers for ApplicationInstance tests: a controller per test (watching only the
 //! test namespace) and waits on ApplicationInstance conditions.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use api::{ApplicationInstance, ApplicationInstanceSpec, ChartRepository, ChartSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::{CHART_REPO, FIELD_MANAGER, TestContext, process::ControllerProcess, wait_object};
 
@@ -131,8 +135,7 @@ pub async fn wait_ready(
 }
 
 /// Waits for `Ready=True` with `reason` *and* the release history mirrored with
-/// `chart_version` deployed. Flux may report Ready a moment before it records the
-/// release in its history; the next HelmRelease update brings both into our status.
+/// `chart_version` deployed (its `deployed_at` too).
 pub async fn wait_deployed(
     ctx: &TestContext,
     name: &str,
@@ -180,4 +183,59 @@ pub async fn wait_config(ctx: &TestContext, config_map: &str, key: &str, want: &
         },
     )
     .await
+}
+
+/// One `Ready=True`: (name, pinned chart version, deployed chart version).
+type ReadyClaim = (String, Option<String>, Option<String>);
+
+/// Every `Ready=True` an ApplicationInstance of the test namespace claimed for its current
+/// generation while it was watched, as (name, pinned chart version, deployed chart version).
+/// helm-controller writes a success in two requests (conditions, then the history): a
+/// controller that relays the first alone claims a release it does not yet show.
+pub struct ReadyClaims {
+    seen: Arc<Mutex<Vec<ReadyClaim>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadyClaims {
+    /// Starts watching (before the applications are applied, to see every write).
+    pub fn watch(ctx: &TestContext) -> Self {
+        let seen: Arc<Mutex<Vec<_>>> = Arc::default();
+        let events = watcher(ctx.api::<ApplicationInstance>(), watcher::Config::default())
+            .default_backoff()
+            .applied_objects();
+        let sink = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            let mut events = events.boxed();
+            while let Some(event) = events.next().await {
+                let Ok(app) = event else { continue };
+                let Some(status) = app.status.as_ref() else { continue };
+                let current = status.observed_generation == app.metadata.generation;
+                if current && condition(&app, "Ready").is_some_and(|(s, _, _)| s == "True") {
+                    sink.lock().unwrap_or_else(PoisonError::into_inner).push((
+                        app.metadata.name.clone().unwrap_or_default(),
+                        app.spec.chart.version.clone(),
+                        status.deployed_chart_version.clone(),
+                    ));
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// Stops watching; fails if any claim named no deployed version, or another than the
+    /// pinned one. Returns how many claims were seen.
+    pub fn assert_each_names_its_release(self) -> usize {
+        self.task.abort();
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let wrong: Vec<_> = seen
+            .iter()
+            .filter(|(_, pinned, deployed)| deployed.is_none() || deployed != pinned)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "Ready=True without the release it names (name, pinned, deployed): {wrong:?}"
+        );
+        seen.len()
+    }
 }

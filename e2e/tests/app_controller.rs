@@ -10,7 +10,7 @@ use api::{
 use e2e::{
     TestContext,
     apps::{
-        RELEASE_TIMEOUT, app, apply_app, condition, config_value, start_controller, wait_app, wait_config,
+        RELEASE_TIMEOUT, ReadyClaims, app, apply_app, condition, config_value, start_controller, wait_app, wait_config,
         wait_deployed, wait_ready,
     },
     eventually, flux,
@@ -93,6 +93,7 @@ mod sha256 {
 #[tokio::test]
 async fn install_reaches_ready_with_values_rendered_and_status_mirrored() -> anyhow::Result<()> {
     let ctx = TestContext::new("app-install").await?;
+    let claims = ReadyClaims::watch(&ctx);
     let _controller = start_controller(&ctx, &[]).await?;
     apply_app(
         &ctx,
@@ -106,6 +107,7 @@ async fn install_reaches_ready_with_values_rendered_and_status_mirrored() -> any
     .await?;
 
     let ready = wait_deployed(&ctx, "wiki", "InstallSucceeded", "0.1.0").await?;
+    assert!(claims.assert_each_names_its_release() >= 1);
     let status = ready.status.clone().expect("status");
     assert_eq!(status.deployed_chart_version.as_deref(), Some("0.1.0"));
     assert_eq!(status.app_version.as_deref(), Some("1.0.0"));
@@ -248,12 +250,15 @@ async fn values_from_a_secret_follow_the_secret_and_never_leak() -> anyhow::Resu
 #[tokio::test]
 async fn upgrade_by_version_and_broken_upgrade_relays_flux_reasons() -> anyhow::Result<()> {
     let ctx = TestContext::new("app-upgrade").await?;
+    let claims = ReadyClaims::watch(&ctx);
     let _controller = start_controller(&ctx, &[]).await?;
 
     apply_app(&ctx, &app("shop", "demo-app", "0.1.0", serde_json::json!({}))).await?;
     wait_ready(&ctx, "shop", "True", "InstallSucceeded").await?;
     apply_app(&ctx, &app("shop", "demo-app", "0.2.0", serde_json::json!({}))).await?;
     let upgraded = wait_deployed(&ctx, "shop", "UpgradeSucceeded", "0.2.0").await?;
+    // Neither the install nor the upgrade claimed Ready=True before its release showed.
+    assert!(claims.assert_each_names_its_release() >= 2);
     assert_eq!(
         upgraded
             .status

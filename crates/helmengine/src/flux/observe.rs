@@ -20,6 +20,20 @@
 //! (and Ready is not True, so nothing stale is claimed), and a suspended
 //! HelmRelease will not act on it at all.
 //!
+//! ## A torn write
+//!
+//! helm-controller writes a status in two requests, the conditions first and
+//! then the rest (`fluxcd/pkg/runtime` `patch.Helper`). For a moment after an
+//! install, `Ready=True` stands without the history that names the deployed
+//! chart; after an upgrade, beside the previous release's history. Seen on the
+//! real cluster: an ApplicationInstance reported ready with no deployed
+//! version. `status.observedGeneration` comes with the rest, and only when a
+//! reconcile finished; so `Ready=True` counts as current only once
+//! `status.observedGeneration` has reached the generation, and until then the
+//! observation is not current. Any other `Ready` (a failure, progress) is
+//! current by either generation, as above, so a failure Flux retries (and
+//! leaves `status.observedGeneration` behind for) is still reported.
+//!
 //! # Which source is reported?
 //!
 //! The chart source chain is: the repository (HelmRepository / OCIRepository,
@@ -178,9 +192,14 @@ fn generation_seen(hr: &DynamicObject, conditions: &[ConditionView]) -> bool {
     let Some(generation) = hr.metadata.generation else {
         return false;
     };
-    let ready = find(conditions, types::READY).and_then(|c| c.observed_generation);
+    let ready = find(conditions, types::READY);
     let status = hr.data.pointer("/status/observedGeneration").and_then(Value::as_i64);
-    ready == Some(generation) || status == Some(generation)
+    // A success is only complete once the rest of the status (history) has landed: see
+    // "A torn write" in the module docs.
+    if ready.is_some_and(|c| c.status == "True") {
+        return status == Some(generation);
+    }
+    ready.and_then(|c| c.observed_generation) == Some(generation) || status == Some(generation)
 }
 
 fn reconcile_request_seen(hr: &DynamicObject, conditions: &[ConditionView], suspended: bool) -> bool {

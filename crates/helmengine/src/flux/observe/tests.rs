@@ -133,6 +133,24 @@ fn generation_is_current_by_ready_condition_or_status() {
             3,
             false,
         ),
+        (
+            "Ready=True at generation, the rest of the status not yet written (a torn write)",
+            json!([cond("Ready", "True", "UpgradeSucceeded", "", 4)]),
+            3,
+            false,
+        ),
+        (
+            "Ready=True and status at generation",
+            json!([cond("Ready", "True", "UpgradeSucceeded", "", 4)]),
+            4,
+            true,
+        ),
+        (
+            "Ready=False at generation, status behind (Flux retries)",
+            json!([cond("Ready", "False", "UpgradeFailed", "", 4)]),
+            3,
+            true,
+        ),
     ];
     for (name, conditions, status_generation, want) in cases {
         let release = hr(
@@ -145,6 +163,24 @@ fn generation_is_current_by_ready_condition_or_status() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn an_install_whose_history_is_not_written_yet_is_not_current() {
+    // helm-controller's first request after the install: conditions only. The second
+    // brings the history; observedGeneration comes when the reconcile ends.
+    let release = hr(
+        1,
+        json!({
+            "conditions": [
+                cond("Reconciling", "True", "Progressing", "Running 'install' action with timeout of 1m0s", 1),
+                cond("Ready", "True", "InstallSucceeded", "Helm install succeeded for release team-a/wiki.v1 with chart wiki@6.2.1", 1),
+            ],
+        }),
+    );
+    let observation = observe(&release, None, None);
+    assert!(!observation.observed_generation_current);
+    assert_eq!(observation.deployed_chart_version, None);
 }
 
 #[test]
