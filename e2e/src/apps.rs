@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use anyhow::Context;
 use futures::StreamExt;
 
 use api::{ApplicationInstance, ApplicationInstanceSpec, ChartRepository, ChartSpec};
@@ -237,5 +238,91 @@ impl ReadyClaims {
             "Ready=True without the release it names (name, pinned, deployed): {wrong:?}"
         );
         seen.len()
+    }
+}
+
+/// The shipped finalizer-at-admission policy (deploy/components/admission-finalizer), bound
+/// by `binding` to the namespaces `namespace_selector` matches instead of the component's
+/// cluster-wide binding: tests and benchmarks share the cluster with applications that no
+/// app controller serves, which would keep a finalizer nobody removes.
+pub struct FinalizerAtAdmission {
+    binding: String,
+}
+
+impl FinalizerAtAdmission {
+    const POLICY_FILE: &str = "deploy/components/admission-finalizer/finalizer-policy.yaml";
+
+    /// Applies the policy and the binding as `field_manager`, then waits until the API server
+    /// applies them: policies load asynchronously, so dry-run creates of `probe` through
+    /// `apps` (a namespace the binding matches) until one comes back with the finalizer.
+    pub async fn bind(
+        binding: &str,
+        field_manager: &str,
+        namespace_selector: serde_json::Value,
+        apps: &kube::Api<ApplicationInstance>,
+        probe: &ApplicationInstance,
+    ) -> anyhow::Result<Self> {
+        let file = crate::repo_root().join(Self::POLICY_FILE);
+        let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+        // The policy document alone (the file's second document is the cluster-wide binding).
+        let policy = text
+            .split("\n---\n")
+            .next()
+            .with_context(|| format!("no policy in {}", file.display()))?;
+        let manager = format!("--field-manager={field_manager}");
+        let apply = [
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            manager.as_str(),
+            "-f",
+            "-",
+        ];
+        crate::deploy::kubectl(&apply, Some(policy)).await?;
+        let binding_object = serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": binding},
+            "spec": {"policyName": "vworkspace-app-controller-finalizer",
+                "matchResources": {"namespaceSelector": namespace_selector}},
+        });
+        crate::deploy::kubectl(&apply, Some(&binding_object.to_string())).await?;
+        let dry_run = kube::api::PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let created = apps.create(&dry_run, probe).await?;
+            if !created.metadata.finalizers.unwrap_or_default().is_empty() {
+                return Ok(Self {
+                    binding: binding.to_owned(),
+                });
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the admission policy set no finalizer within 30 s (binding {binding})"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Removes the binding named `binding`, if any (the policy stays: it acts only where bound).
+    pub async fn unbind(binding: &str) -> anyhow::Result<()> {
+        crate::deploy::kubectl(
+            &[
+                "delete",
+                "mutatingadmissionpolicybinding",
+                binding,
+                "--ignore-not-found",
+            ],
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Removes this binding.
+    pub async fn remove(self) -> anyhow::Result<()> {
+        Self::unbind(&self.binding).await
     }
 }

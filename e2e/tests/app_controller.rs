@@ -10,8 +10,8 @@ use api::{
 use e2e::{
     TestContext,
     apps::{
-        RELEASE_TIMEOUT, ReadyClaims, app, apply_app, condition, config_value, start_controller, wait_app, wait_config,
-        wait_deployed, wait_ready,
+        FinalizerAtAdmission, RELEASE_TIMEOUT, ReadyClaims, app, apply_app, condition, config_value, start_controller,
+        wait_app, wait_config, wait_deployed, wait_ready,
     },
     eventually, flux,
 };
@@ -734,59 +734,13 @@ async fn apps_of_a_namespace_share_one_chart_source_until_the_last_leaves() -> a
 #[tokio::test]
 async fn the_finalizer_set_at_admission_spares_the_controller_a_write() -> anyhow::Result<()> {
     let ctx = TestContext::new("app-admfin").await?;
-    let policy_file = e2e::repo_root().join("deploy/components/admission-finalizer/finalizer-policy.yaml");
-    let policy_text = std::fs::read_to_string(&policy_file)?;
-    // The shipped policy document alone (the file's second document is the cluster-wide binding).
-    let policy = policy_text
-        .split("\n---\n")
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("no policy in {}", policy_file.display()))?;
-    e2e::deploy::kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=e2e",
-            "-f",
-            "-",
-        ],
-        Some(policy),
-    )
-    .await?;
-    let binding_name = format!("e2e-{}", ctx.namespace);
-    let binding = serde_json::json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": binding_name},
-        "spec": {"policyName": "vworkspace-app-controller-finalizer",
-            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ctx.namespace}}}},
-    });
-    e2e::deploy::kubectl(
-        &["apply", "--server-side", "--field-manager=e2e", "-f", "-"],
-        Some(&binding.to_string()),
-    )
-    .await?;
-    // Policies load asynchronously: dry-run creates until one comes back with the finalizer.
     let apps = ctx.api::<ApplicationInstance>();
-    let probe = app("probe", "demo-app", "0.1.0", serde_json::json!({}));
-    let dry_run = kube::api::PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    eventually(
-        &ctx,
-        "the admission policy to set the finalizer",
-        Duration::from_secs(30),
-        || {
-            let (apps, probe, dry_run) = (apps.clone(), probe.clone(), dry_run.clone());
-            async move {
-                let created = apps.create(&dry_run, &probe).await?;
-                Ok(if created.finalizers().is_empty() {
-                    Err("no finalizer yet".to_owned())
-                } else {
-                    Ok(())
-                })
-            }
-        },
+    let admission = FinalizerAtAdmission::bind(
+        &format!("e2e-{}", ctx.namespace),
+        "e2e",
+        serde_json::json!({"matchLabels": {"kubernetes.io/metadata.name": ctx.namespace}}),
+        &apps,
+        &app("probe", "demo-app", "0.1.0", serde_json::json!({})),
     )
     .await?;
 
@@ -827,15 +781,6 @@ async fn the_finalizer_set_at_admission_spares_the_controller_a_write() -> anyho
         },
     )
     .await?;
-    e2e::deploy::kubectl(
-        &[
-            "delete",
-            "mutatingadmissionpolicybinding",
-            &binding_name,
-            "--ignore-not-found",
-        ],
-        None,
-    )
-    .await?;
+    admission.remove().await?;
     Ok(())
 }

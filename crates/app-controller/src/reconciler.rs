@@ -219,10 +219,7 @@ async fn add_finalizer(
 /// Parameters of the controller's merge patches (the finalizer's addition and removal):
 /// named, so `managedFields` says who wrote the finalizer instead of `unknown`.
 fn merge_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PatchParams::default()
-    }
+    controller_kit::writes::patch_as(FIELD_MANAGER)
 }
 
 /// Exponential requeue per object (2 s, 4 s, 8 s … capped at 5 min); uninstall waits poll quickly.

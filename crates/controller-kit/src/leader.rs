@@ -485,10 +485,7 @@ impl LeaderElector {
     }
 
     fn post_params() -> PostParams {
-        PostParams {
-            dry_run: false,
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-        }
+        crate::writes::create_as(FIELD_MANAGER)
     }
 
     async fn try_acquire_or_renew(&self, observed: &mut Option<Observed>) -> Result<Attempt, kube::Error> {

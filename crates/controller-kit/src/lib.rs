@@ -42,6 +42,7 @@ pub mod seen;
 pub mod shutdown;
 pub mod tasks;
 pub mod telemetry;
+pub mod writes;
 
 pub use admin::Readiness;
 pub use args::CommonArgs;

@@ -22,12 +22,12 @@
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use api::{ApplicationInstance, LABEL_MANAGED_BY, MANAGED_BY, Operation, OperationType};
-use controller_kit::{CancellationToken, ControllerMetrics, RetryBackoff, WriteVerb};
+use controller_kit::{CancellationToken, ControllerMetrics, RetryBackoff, WriteVerb, writes};
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions},
     core::DeserializeGuard,
     runtime::{
         Controller, WatchStreamExt,
@@ -318,10 +318,7 @@ async fn carry_out(
     ctx: &Context,
 ) -> Result<(), ScheduleControllerError> {
     let fm = ctx.settings.field_manager;
-    let post = PostParams {
-        field_manager: Some(fm.to_owned()),
-        ..PostParams::default()
-    };
+    let post = writes::create_as(fm);
     if let Some(run) = &decision.create {
         let run_name = run.name_any();
         ctx.metrics.api_write(WriteVerb::Create, "Operation");
@@ -420,10 +417,7 @@ async fn write_status(
             ctx.metrics.api_write(WriteVerb::Patch, "ApplicationInstance");
             apps.patch_status(
                 &name,
-                &PatchParams {
-                    field_manager: Some(ctx.settings.field_manager.to_owned()),
-                    ..PatchParams::default()
-                },
+                &writes::patch_as(ctx.settings.field_manager),
                 &Patch::Merge(&patch),
             )
             .await?;

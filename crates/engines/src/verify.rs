@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 
 use api::{RestoreVerificationStatus, conditions::operation_reasons};
-use controller_kit::WriteVerb;
+use controller_kit::{WriteVerb, writes};
 use kube::{
     Api,
-    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, DynamicObject, ListParams, Patch, Preconditions},
     discovery::ApiResource,
 };
 use operations::{
@@ -209,11 +209,10 @@ impl RestoreDriver {
                 let object: DynamicObject = serde_json::from_value(object)
                     .map_err(|e| DriverError::Retry(format!("scratch namespace object: {e}")))?;
                 cx.metrics.api_write(WriteVerb::Create, "Namespace");
-                let params = PostParams {
-                    field_manager: Some(cx.field_manager.to_owned()),
-                    ..PostParams::default()
-                };
-                match namespace_api.create(&params, &object).await {
+                match namespace_api
+                    .create(&writes::create_as(cx.field_manager), &object)
+                    .await
+                {
                     Ok(_) => {}
                     Err(kube::Error::Api(e)) if e.code == 409 => {}
                     Err(kube::Error::Api(e)) if e.code == 403 => {
@@ -266,14 +265,7 @@ impl RestoreDriver {
                 let patch = verify::verdict_patch(&evidence)?;
                 cx.metrics.api_write(WriteVerb::Patch, "Restore");
                 Api::<DynamicObject>::namespaced_with(cx.client.clone(), &self.velero_namespace, &velero_restores())
-                    .patch(
-                        &name,
-                        &PatchParams {
-                            field_manager: Some(cx.field_manager.to_owned()),
-                            ..PatchParams::default()
-                        },
-                        &Patch::Merge(&patch),
-                    )
+                    .patch(&name, &writes::patch_as(cx.field_manager), &Patch::Merge(&patch))
                     .await?;
                 running(format!(
                     "verification {}: {}; removing the scratch namespace {scratch}",

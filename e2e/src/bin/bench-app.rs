@@ -48,7 +48,7 @@ use api::ApplicationInstance;
 use clap::{Parser, ValueEnum};
 use e2e::{
     CHART_REPO,
-    apps::app,
+    apps::{FinalizerAtAdmission, app},
     assert_loopback_only,
     bench::{cluster_component_pid, load_average, pause, percentile, rss_kib, wait_components_idle, wait_until},
     client,
@@ -840,56 +840,15 @@ const FINALIZER_BINDING: &str = "bench-app-finalizer";
 /// applies it (a dry-run create in the first namespace carries the finalizer).
 async fn admission_finalizer(client: &Client, spread: &Spread, enabled: bool) -> anyhow::Result<()> {
     if !enabled {
-        e2e::deploy::kubectl(
-            &[
-                "delete",
-                "mutatingadmissionpolicybinding",
-                FINALIZER_BINDING,
-                "--ignore-not-found",
-            ],
-            None,
-        )
-        .await?;
-        return Ok(());
+        return FinalizerAtAdmission::unbind(FINALIZER_BINDING).await;
     }
-    let file = e2e::repo_root().join("deploy/components/admission-finalizer/finalizer-policy.yaml");
-    let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
-    let policy = text
-        .split("\n---\n")
-        .next()
-        .with_context(|| format!("no policy in {}", file.display()))?;
-    e2e::deploy::kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=bench",
-            "-f",
-            "-",
-        ],
-        Some(policy),
+    FinalizerAtAdmission::bind(
+        FINALIZER_BINDING,
+        "bench",
+        serde_json::json!({"matchLabels": {BENCH_LABEL: BENCH_LABEL_VALUE}}),
+        &Api::namespaced(client.clone(), spread.namespace(0)),
+        &bench_app(0, spread, true),
     )
-    .await?;
-    let binding = serde_json::json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": FINALIZER_BINDING},
-        "spec": {"policyName": "vworkspace-app-controller-finalizer",
-            "matchResources": {"namespaceSelector": {"matchLabels": {BENCH_LABEL: BENCH_LABEL_VALUE}}}},
-    });
-    e2e::deploy::kubectl(
-        &["apply", "--server-side", "--field-manager=bench", "-f", "-"],
-        Some(&binding.to_string()),
-    )
-    .await?;
-    let ais: Api<ApplicationInstance> = Api::namespaced(client.clone(), spread.namespace(0));
-    let probe = bench_app(0, spread, true);
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    wait_until("the finalizer policy to apply", Duration::from_secs(30), async || {
-        Ok(!ais.create(&dry_run, &probe).await?.finalizers().is_empty())
-    })
     .await?;
     Ok(())
 }
