@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$HACK_DIR/cluster.sh" status >/dev/null 2>&1 || "$HACK_DIR/cluster.sh" up
 # The controllers the benchmark starts (e2e builds) and the images the real node runs.
-cargo build --workspace --bins --quiet
+build_operator_bins
 cargo build --quiet -p e2e --bin bench-backup
 images=$("$HACK_DIR/build-images.sh")
 "$HACK_DIR/cluster.sh" load-images "$images"/*.oci.tar

@@ -40,8 +40,7 @@ PROFILE="${VWS_IMAGE_PROFILE:-debug}"
 CARGO_OUT="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 GROUPS_WANTED=" ${VWS_IMAGES:-operator flux velero test} "
 OPERATOR_BINS=(app-controller backup-engine restore-engine upgrade-engine runbook-engine agent)
-# Cargo packages holding them (crates/*/Cargo.toml): engines has the four engines.
-OPERATOR_PKGS=(app-controller engines agent)
+# Built, when missing, by lib.sh's build_operator_bins (the packages holding them).
 
 want() { [[ $GROUPS_WANTED == *" $1 "* ]]; }
 t_start=$SECONDS
@@ -110,9 +109,8 @@ if want operator; then
   missing=()
   for b in "${OPERATOR_BINS[@]}"; do [[ -x $bindir/$b ]] || missing+=("$b"); done
   if ((${#missing[@]})); then
-    log "missing in $bindir: ${missing[*]}; cargo build ${prof_flag[*]} --bins -p ${OPERATOR_PKGS[*]}"
-    pkgs=(); for p in "${OPERATOR_PKGS[@]}"; do pkgs+=(-p "$p"); done
-    (cd "$REPO_ROOT" && cargo build "${prof_flag[@]}" --bins "${pkgs[@]}") >&2
+    log "missing in $bindir: ${missing[*]}; cargo build ${prof_flag[*]} --bins -p ${OPERATOR_PACKAGES[*]}"
+    build_operator_bins "${prof_flag[@]}" >&2
   fi
   files=() libs=()
   mkdir -p "$STAGE/op"

@@ -7,6 +7,6 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 "$HACK_DIR/cluster.sh" status >/dev/null 2>&1 || "$HACK_DIR/cluster.sh" up
-cargo build --workspace --bins --quiet
+build_operator_bins
 "$HACK_DIR/cluster.sh" exec "$REPO_ROOT/target/debug/chaos" 2>&1 \
   | tee "${CHAOS_LOG:-$REPO_ROOT/target/chaos.log}" | grep --line-buffered -E '^CHAOS|panicked|Error'

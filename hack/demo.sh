@@ -46,7 +46,7 @@ in_ns() { "$HACK_DIR/cluster.sh" exec "$@"; }
 log "building ${BINARIES[*]}"
 # `--bins` for every package: a `--bin X` filter applies to every `-p`, which once left
 # agent, app-controller and odoo-sim unbuilt on a fresh machine.
-cargo build --quiet --bins -p odoo-sim -p agent -p app-controller -p engines
+build_operator_bins
 for b in "${BINARIES[@]}"; do
   [[ -x $BIN/$b ]] || die "cargo build did not produce $BIN/$b"
 done

@@ -17,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 
 # Build outside the netns (crates.io is not reachable inside it), run inside it.
-cargo build --workspace --bins --quiet
+build_operator_bins
 cargo test -p e2e --no-run --quiet
 # Our images (and Flux's, Velero's, the test charts') into the real node, from the binaries
 # just built: tests that run the bundle in the cluster use them (never pulled).

@@ -78,6 +78,19 @@ KUBECONFIG_PATH="$CLUSTER_DIR/admin.kubeconfig"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# The operator's debug binaries, built by this one command everywhere (the demo, e2e, the
+# images, chaos): Cargo resolves dependency features over the packages one invocation
+# selects, so `--workspace` (which pulls in test-support, hence tokio's test-util) or a
+# shorter `-p` list compiled tokio, hyper, kube and everything above them once more, with
+# its own copy in target/. e2e/Cargo.toml asks for the same kube features, so its tests
+# reuse this build too (docs/development/README.md, "Disk and build reuse").
+OPERATOR_PACKAGES=(app-controller engines agent odoo-sim kubectl-vws)
+build_operator_bins() { # [cargo build flags...]
+  local selection=() p
+  for p in "${OPERATOR_PACKAGES[@]}"; do selection+=(-p "$p"); done
+  (cd "$REPO_ROOT" && cargo build --quiet --bins "${selection[@]}" "$@")
+}
+
 # The release binaries of every benchmark, in one cargo invocation shared by all `hack/bench-*.sh`:
 # cargo unifies dependency features over the packages of one invocation, so building each
 # benchmark's packages on their own compiled the common dependencies once per feature set.
