@@ -51,6 +51,19 @@ pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Con
     conditions.iter().find(|c| c.type_ == type_)
 }
 
+/// Whether `app` shows what its engine last reported: it has a Ready condition and that no longer
+/// says `AwaitingEngine`. While a reconcile request is pending the app controller reports
+/// `AwaitingEngine` (docs/api/conditions.md), and it relays the engine's answer a moment after
+/// the engine wrote it, so without this wait a `get` straight after `reconcile` could still show
+/// the request pending. Ready's status is not compared with the engine's: the app's own verdicts
+/// (an invalid spec, missing values) rightly differ from it.
+pub fn relays_engine(app: &ApplicationInstance) -> bool {
+    app.status
+        .as_ref()
+        .and_then(|s| condition(&s.conditions, "Ready"))
+        .is_some_and(|ready| ready.reason != api::conditions::reasons::AWAITING_ENGINE)
+}
+
 /// When the app was last backed up successfully.
 pub fn last_backup(app: &ApplicationInstance, operations: &[Operation]) -> Option<Timestamp> {
     let namespace = app.namespace();
@@ -182,6 +195,34 @@ mod tests {
         );
         assert_eq!((row.ready.as_str(), row.reason.as_str()), ("True", "InstallSucceeded"));
         assert_eq!((row.last_backup.as_str(), row.next_window.as_str()), ("-", "-"));
+    }
+
+    #[test]
+    fn an_app_relays_its_engine_once_it_awaits_nothing() {
+        let with_ready = |status: &str, reason: &str| {
+            app(
+                json!({}),
+                json!({"conditions": [{"type": "Ready", "status": status, "reason": reason,
+                                       "message": "", "lastTransitionTime": NOW}]}),
+            )
+        };
+        let cases = [
+            (with_ready("True", "UpgradeSucceeded"), true),
+            (with_ready("False", "UpgradeFailed"), true),
+            (with_ready("False", "InvalidSpec"), true),
+            (with_ready("Unknown", "OutOfSync"), true),
+            // The engine has not answered, or its answer is not relayed yet.
+            (with_ready("Unknown", "AwaitingEngine"), false),
+            (app(json!({}), json!(null)), false),
+        ];
+        for (app, expected) in cases {
+            let ready = app
+                .status
+                .as_ref()
+                .and_then(|s| condition(&s.conditions, "Ready"))
+                .cloned();
+            assert_eq!(relays_engine(&app), expected, "{ready:?}");
+        }
     }
 
     #[test]

@@ -668,10 +668,11 @@ async fn reconcile(
             o.pointer("/status/lastHandledReconcileAt").and_then(Value::as_str) == Some(token.as_str())
         }
     };
+    let deadline = tokio::time::Instant::now() + timeout;
     let config = watcher::Config::default().fields(&format!("metadata.name={engine_name}"));
     let stream = watcher(api, config).default_backoff().applied_objects();
-    let seen = tokio::time::timeout(
-        timeout,
+    let seen = tokio::time::timeout_at(
+        deadline,
         stream
             .map_ok(|o| serde_json::to_value(&o).unwrap_or(Value::Null))
             .try_filter(|o| std::future::ready(handled(o)))
@@ -690,6 +691,30 @@ async fn reconcile(
         trace::with_ready_condition(&seen)
     };
     node.object = id;
+    // Then the app itself: `get` right after this shows what the engine just did.
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let relayed = tokio::time::timeout_at(
+        deadline,
+        watcher(session.apps(), config)
+            .default_backoff()
+            .applied_objects()
+            .try_filter(|app| std::future::ready(apps::relays_engine(app)))
+            .boxed()
+            .try_next(),
+    )
+    .await
+    .map_err(|_| {
+        Error::Timeout(
+            format!("{timeout:?}"),
+            format!("applicationinstance {name} to show what {} reported", node.object),
+        )
+    })?
+    .map_err(|e| Error::Output(e.to_string()))?;
+    if relayed.is_none() {
+        return Err(Error::NotFound(format!(
+            "the watch of applicationinstance {name} ended"
+        )));
+    }
     write(out, &format!("✔ reconciled: {}", trace::render(&node)))?;
     if node.ready == "False" {
         return Err(Error::Usage(format!("{} is not ready: {}", node.object, node.detail)));
