@@ -30,5 +30,6 @@ fi
 # keyed by hack/versions-argocd.env) and install redis-server here, outside.
 "$HACK_DIR/build-argocd-bins.sh" >/dev/null
 t0=$SECONDS
-"$HACK_DIR/cluster.sh" exec cargo test -p e2e --offline -- --test-threads="${VWS_E2E_THREADS:-4}" "$@"
+# --no-fail-fast: every test file runs, so a failure in one does not hide another's.
+"$HACK_DIR/cluster.sh" exec cargo test -p e2e --offline --no-fail-fast -- --test-threads="${VWS_E2E_THREADS:-4}" "$@"
 log "e2e finished in $((SECONDS - t0))s"
