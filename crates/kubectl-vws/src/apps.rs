@@ -51,17 +51,27 @@ pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Con
     conditions.iter().find(|c| c.type_ == type_)
 }
 
-/// Whether `app` shows what its engine last reported: it has a Ready condition and that no longer
-/// says `AwaitingEngine`. While a reconcile request is pending the app controller reports
-/// `AwaitingEngine` (docs/api/conditions.md), and it relays the engine's answer a moment after
-/// the engine wrote it, so without this wait a `get` straight after `reconcile` could still show
-/// the request pending. Ready's status is not compared with the engine's: the app's own verdicts
-/// (an invalid spec, missing values) rightly differ from it.
-pub fn relays_engine(app: &ApplicationInstance) -> bool {
-    app.status
-        .as_ref()
-        .and_then(|s| condition(&s.conditions, "Ready"))
-        .is_some_and(|ready| ready.reason != api::conditions::reasons::AWAITING_ENGINE)
+/// Whether `app` shows what its engine last reported, once the engine has answered a reconcile
+/// request. The app controller relays the answer a moment after the engine writes it; until then
+/// the app may still say `AwaitingEngine`, or a reason the engine gave mid-way (Flux's
+/// `Progressing`), and a `get` straight after `reconcile` would show that.
+///
+/// `engine_reason` is the engine's Ready reason, which the app controller relays verbatim (Flux);
+/// `None` where the app's reason is derived, not copied (Argo CD), and then any reason but
+/// `AwaitingEngine` counts. The app's own verdicts (an invalid spec, a namespace not allowed, …)
+/// count too: they rightly stand in for the engine's, and waiting for the engine's would hang.
+pub fn relays_engine(app: &ApplicationInstance, engine_reason: Option<&str>) -> bool {
+    use api::conditions::reasons::{APP_REASONS, AWAITING_ENGINE, PROGRESSING};
+    let Some(ready) = app.status.as_ref().and_then(|s| condition(&s.conditions, "Ready")) else {
+        return false;
+    };
+    let reason = ready.reason.as_str();
+    let own_verdict = reason != PROGRESSING && APP_REASONS.contains(&reason);
+    match engine_reason {
+        _ if reason == AWAITING_ENGINE => false,
+        Some(engine_reason) => reason == engine_reason || own_verdict,
+        None => true,
+    }
 }
 
 /// When the app was last backed up successfully.
@@ -198,7 +208,7 @@ mod tests {
     }
 
     #[test]
-    fn an_app_relays_its_engine_once_it_awaits_nothing() {
+    fn an_app_relays_its_engine_once_it_shows_the_engines_reason_or_its_own() {
         let with_ready = |status: &str, reason: &str| {
             app(
                 json!({}),
@@ -206,22 +216,34 @@ mod tests {
                                        "message": "", "lastTransitionTime": NOW}]}),
             )
         };
+        let flux = Some("UpgradeSucceeded");
         let cases = [
-            (with_ready("True", "UpgradeSucceeded"), true),
-            (with_ready("False", "UpgradeFailed"), true),
-            (with_ready("False", "InvalidSpec"), true),
-            (with_ready("Unknown", "OutOfSync"), true),
-            // The engine has not answered, or its answer is not relayed yet.
-            (with_ready("Unknown", "AwaitingEngine"), false),
-            (app(json!({}), json!(null)), false),
+            (with_ready("True", "UpgradeSucceeded"), flux, true),
+            // The app's own verdict stands in for the engine's.
+            (with_ready("False", "InvalidSpec"), flux, true),
+            (with_ready("Unknown", "WaitingForMaintenanceWindow"), flux, true),
+            // Not relayed yet: still awaiting, or a reason Flux gave mid-way or before.
+            (with_ready("Unknown", "AwaitingEngine"), flux, false),
+            (with_ready("Unknown", "Progressing"), flux, false),
+            (with_ready("True", "InstallSucceeded"), flux, false),
+            // Argo CD: the app's reason is derived, so anything but awaiting counts.
+            (with_ready("Unknown", "OutOfSync"), None, true),
+            (with_ready("True", "Healthy"), None, true),
+            (with_ready("Unknown", "AwaitingEngine"), None, false),
+            (app(json!({}), json!(null)), flux, false),
+            (app(json!({}), json!(null)), None, false),
         ];
-        for (app, expected) in cases {
+        for (app, engine_reason, expected) in cases {
             let ready = app
                 .status
                 .as_ref()
                 .and_then(|s| condition(&s.conditions, "Ready"))
                 .cloned();
-            assert_eq!(relays_engine(&app), expected, "{ready:?}");
+            assert_eq!(
+                relays_engine(&app, engine_reason),
+                expected,
+                "{ready:?} vs engine {engine_reason:?}"
+            );
         }
     }
 

@@ -692,13 +692,22 @@ async fn reconcile(
     };
     node.object = id;
     // Then the app itself: `get` right after this shows what the engine just did.
+    let engine_reason = (!argocd)
+        .then(|| {
+            seen.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|conditions| conditions.iter().find(|c| c["type"] == "Ready"))
+                .and_then(|ready| ready.get("reason"))
+                .and_then(Value::as_str)
+        })
+        .flatten();
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let relayed = tokio::time::timeout_at(
         deadline,
         watcher(session.apps(), config)
             .default_backoff()
             .applied_objects()
-            .try_filter(|app| std::future::ready(apps::relays_engine(app)))
+            .try_filter(|app| std::future::ready(apps::relays_engine(app, engine_reason)))
             .boxed()
             .try_next(),
     )
