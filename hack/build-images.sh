@@ -39,8 +39,7 @@ TAG="${VWS_IMAGE_TAG:-0.1.0}"
 PROFILE="${VWS_IMAGE_PROFILE:-debug}"
 CARGO_OUT="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 GROUPS_WANTED=" ${VWS_IMAGES:-operator flux velero test} "
-OPERATOR_BINS=(app-controller backup-engine restore-engine upgrade-engine runbook-engine agent)
-# Built, when missing, by lib.sh's build_operator_bins (the packages holding them).
+# lib.sh's OPERATOR_IMAGE_BINARIES, built when missing by its build_operator_bins.
 
 want() { [[ $GROUPS_WANTED == *" $1 "* ]]; }
 t_start=$SECONDS
@@ -107,14 +106,14 @@ if want operator; then
   esac
   bindir="$CARGO_OUT/$PROFILE"
   missing=()
-  for b in "${OPERATOR_BINS[@]}"; do [[ -x $bindir/$b ]] || missing+=("$b"); done
+  for b in "${OPERATOR_IMAGE_BINARIES[@]}"; do [[ -x $bindir/$b ]] || missing+=("$b"); done
   if ((${#missing[@]})); then
     log "missing in $bindir: ${missing[*]}; cargo build ${prof_flag[*]} --bins -p ${OPERATOR_PACKAGES[*]}"
     build_operator_bins "${prof_flag[@]}" >&2
   fi
   files=() libs=()
   mkdir -p "$STAGE/op"
-  for b in "${OPERATOR_BINS[@]}"; do
+  for b in "${OPERATOR_IMAGE_BINARIES[@]}"; do
     [[ -x $bindir/$b ]] || die "$bindir/$b missing after cargo build"
     objcopy --strip-debug "$bindir/$b" "$STAGE/op/$b"
     files+=("$STAGE/op/$b:/usr/local/bin/$b:0755")
@@ -127,7 +126,7 @@ if want operator; then
     mode=0644; [[ $lib == */ld-linux* ]] && mode=0755
     files+=("$(readlink -f "$lib"):$lib:$mode")
   done
-  names=(); for b in "${OPERATOR_BINS[@]}"; do names+=("docker.io/vworkspace/$b:$TAG"); done
+  names=(); for b in "${OPERATOR_IMAGE_BINARIES[@]}"; do names+=("docker.io/vworkspace/$b:$TAG"); done
   oci operator.oci.tar "${names[@]}" -- "${BASE[@]}" --dir home/nonroot \
     --user 65532:65532 --entrypoint /usr/local/bin/app-controller \
     --label org.opencontainers.image.title=vworkspace-operator \

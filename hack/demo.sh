@@ -36,7 +36,7 @@ APP=hello
 # Confined to the demo namespace, so the demo can keep running beside `just e2e`.
 DEMO_SCOPE="--watch-namespace $NS --allowed-namespaces $NS"
 BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
-BINARIES=(odoo-sim agent app-controller backup-engine restore-engine upgrade-engine runbook-engine)
+BINARIES=(odoo-sim "${OPERATOR_IMAGE_BINARIES[@]}")
 
 "$HACK_DIR/cluster.sh" up
 source "$CLUSTER_DIR/env"

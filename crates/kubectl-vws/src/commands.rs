@@ -694,9 +694,7 @@ async fn reconcile(
     // Then the app itself: `get` right after this shows what the engine just did.
     let engine_reason = (!argocd)
         .then(|| {
-            seen.pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .and_then(|conditions| conditions.iter().find(|c| c["type"] == "Ready"))
+            trace::ready_condition(&seen)
                 .and_then(|ready| ready.get("reason"))
                 .and_then(Value::as_str)
         })

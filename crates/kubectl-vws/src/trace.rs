@@ -39,13 +39,18 @@ pub fn object_id(object: &Value) -> String {
     }
 }
 
+/// The `Ready` condition of a Kubernetes-style object, if it has one.
+pub fn ready_condition(object: &Value) -> Option<&Value> {
+    object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|conditions| conditions.iter().find(|c| c["type"] == "Ready"))
+}
+
 /// The node of a Kubernetes-style object with a `Ready` condition (ApplicationInstance,
 /// HelmRelease, HelmRepository, OCIRepository, HelmChart).
 pub fn with_ready_condition(object: &Value) -> Node {
-    let ready = object
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|conditions| conditions.iter().find(|c| c["type"] == "Ready"));
+    let ready = ready_condition(object);
     let field = |c: &Value, f: &str| c.get(f).and_then(Value::as_str).unwrap_or("").to_owned();
     let (state, detail) = match ready {
         Some(c) => (field(c, "status"), join(&field(c, "reason"), &field(c, "message"))),
