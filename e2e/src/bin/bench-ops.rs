@@ -9,7 +9,10 @@
 //! node through kube-controller-manager. Reports throughput (first creation → last
 //! terminal phase), p50/p99 from creation to terminal phase (client-side watch
 //! timestamps), engine RSS idle/peak/after, writes per Operation (engine counter and
-//! API server counters) and writes at rest. Runs inside the cluster netns
+//! API server counters) and writes at rest. Then a paced phase: `--paced-ops` more
+//! Operations arriving at `--paced-rate` per second (below the burst's work-off rate),
+//! with the engine's share and the API server's own write time printed for that phase
+//! alone, beside the burst's. Runs inside the cluster netns
 //! (`just bench-ops`), starting its own runbook-engine (release build) with its admin
 //! server on a free port (so it runs beside `just demo`), and stops with the engine's log
 //! if it exits.
@@ -48,6 +51,9 @@ use serde_json::json;
 const SCOPE: &str = "bench-ops";
 const NAMESPACE: &str = "bench-ops";
 const CREATE_CONCURRENCY: usize = 16;
+/// Name prefixes of the two phases' Operations.
+const BURST: &str = "rb-";
+const PACED: &str = "paced-";
 
 /// Runbook-engine figures on the real local cluster (printed, never asserted).
 #[derive(Parser)]
@@ -62,6 +68,12 @@ struct Args {
     /// The runbook-engine's `--concurrency`.
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
+    /// Operations of the paced phase (0 skips it).
+    #[arg(long, default_value_t = 300)]
+    paced_ops: usize,
+    /// Arrivals per second in the paced phase.
+    #[arg(long, default_value_t = 8.0)]
+    paced_rate: f64,
     /// Longest wait for every Operation to end, seconds.
     #[arg(long, default_value_t = 900)]
     timeout_secs: u64,
@@ -111,6 +123,45 @@ fn job_complete(job: &Job) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+}
+
+/// Milliseconds from each named object's `from` time to its `to` time, sorted; only the
+/// names starting with `prefix`, and only those seen at both.
+fn spans_ms(from: &DoneTimes, to: &DoneTimes, prefix: &str) -> Vec<f64> {
+    let (from, to) = (from.lock().expect("lock"), to.lock().expect("lock"));
+    let mut spans: Vec<f64> = from
+        .iter()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .filter_map(|(name, at)| Some(to.get(name)?.saturating_duration_since(*at).as_secs_f64() * 1000.0))
+        .collect();
+    spans.sort_by(f64::total_cmp);
+    spans
+}
+
+fn print_spans(what: &str, spans: &[f64]) {
+    println!(
+        "  {what}: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        percentile(spans, 0.5),
+        percentile(spans, 0.99),
+        spans.last().copied().unwrap_or(f64::NAN)
+    );
+}
+
+/// p50 and p99 of a Prometheus histogram (cumulative buckets of seconds), in ms.
+fn print_quantiles(what: &str, buckets: &[(f64, f64)]) {
+    println!(
+        "    {what}: p50 {:.0} ms, p99 {:.0} ms",
+        histogram_quantile(buckets, 0.5) * 1000.0,
+        histogram_quantile(buckets, 0.99) * 1000.0
+    );
+}
+
+fn terminal_count(done: &DoneTimes, prefix: &str) -> usize {
+    done.lock()
+        .expect("lock")
+        .keys()
+        .filter(|name| name.starts_with(prefix))
+        .count()
 }
 
 /// Writes the API server counted on Operations (status included) and Jobs.
@@ -213,7 +264,7 @@ async fn main() -> anyhow::Result<()> {
     let ops: Api<Operation> = Api::namespaced(client.clone(), NAMESPACE);
     let done = spawn_first_seen(ops.clone(), operation_terminal);
     let jobs_done = spawn_first_seen(Api::<Job>::namespaced(client.clone(), NAMESPACE), job_complete);
-    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let created: DoneTimes = Arc::default();
     let start = Instant::now();
     let peak = Arc::new(Mutex::new(rss_idle));
     let sampler = {
@@ -232,14 +283,7 @@ async fn main() -> anyhow::Result<()> {
         .map(|i| {
             let (ops, created) = (ops.clone(), created.clone());
             let app_name = format!("app-{:03}", i % args.apps);
-            async move {
-                let name = format!("rb-{i:05}");
-                let body = operation(&name, &app_name, "Runbook", json!({"job": runbook_job()}));
-                ops.patch(&name, &PatchParams::apply("bench-ops"), &Patch::Apply(&body))
-                    .await?;
-                created.lock().expect("lock").insert(name, Instant::now());
-                anyhow::Ok(())
-            }
+            create_runbook(ops, created, format!("{BURST}{i:05}"), app_name)
         })
         .buffer_unordered(CREATE_CONCURRENCY)
         .try_collect::<Vec<_>>()
@@ -247,7 +291,7 @@ async fn main() -> anyhow::Result<()> {
     let created_in = start.elapsed();
 
     let total = wait_until("every Operation terminal", args.timeout(), async || {
-        Ok(done.lock().expect("lock").len() >= args.ops)
+        Ok(terminal_count(&done, BURST) >= args.ops)
     })
     .await?;
     let total = created_in.max(Duration::ZERO) + total;
@@ -258,30 +302,13 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .filter(|op| op.status.as_ref().and_then(|s| s.phase) == Some(api::OperationPhase::Succeeded))
         .count();
-    let mut latencies: Vec<f64> = {
-        let (created, done) = (created.lock().expect("lock"), done.lock().expect("lock"));
-        created
-            .iter()
-            .filter_map(|(name, at)| Some(done.get(name)?.saturating_duration_since(*at).as_secs_f64() * 1000.0))
-            .collect()
-    };
-    latencies.sort_by(f64::total_cmp);
+    let latencies = spans_ms(&created, &done, BURST);
     // The engine's own share: from the Job's Complete condition to the Operation's end.
-    let mut relay: Vec<f64> = {
-        let (jobs, done) = (jobs_done.lock().expect("lock"), done.lock().expect("lock"));
-        jobs.iter()
-            .filter_map(|(name, at)| Some(done.get(name)?.saturating_duration_since(*at).as_secs_f64() * 1000.0))
-            .collect()
-    };
-    relay.sort_by(f64::total_cmp);
+    let relay = spans_ms(&jobs_done, &done, BURST);
     let writes = engine_writes(&admin).await? - writes_before;
     let api_writes = apiserver_writes(&client).await? - api_before;
     let status_latency = histogram_delta(&status_apply_latency(&client).await?, &status_latency_before);
-    let fast_lane = histogram_buckets(
-        &http_get(&admin, "/metrics").await?,
-        "vworkspace_operation_end_from_child_seconds",
-        &["type=\"Runbook\""],
-    );
+    let fast_lane = fast_lane_buckets(&admin).await?;
     let rss_peak = *peak.lock().expect("lock");
 
     // At rest: nothing should be written any more.
@@ -295,28 +322,18 @@ async fn main() -> anyhow::Result<()> {
         total.as_secs_f64(),
         args.ops as f64 / total.as_secs_f64()
     );
-    println!(
-        "  creation → terminal: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        latencies.last().copied().unwrap_or(f64::NAN)
+    print_spans("creation → terminal", &latencies);
+    print_spans("Job Complete → Operation terminal (engine share)", &relay);
+    print_quantiles(
+        &format!(
+            "the engine's fast lane, child event in → its end write returned ({:.0} ends, from its histogram)",
+            fast_lane.last().map_or(0.0, |(_, count)| *count)
+        ),
+        &fast_lane,
     );
-    println!(
-        "  Job Complete → Operation terminal (engine share): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
-        percentile(&relay, 0.5),
-        percentile(&relay, 0.99),
-        relay.last().copied().unwrap_or(f64::NAN)
-    );
-    println!(
-        "    the engine's fast lane, child event in → its end write returned ({:.0} ends, from its histogram): p50 {:.0} ms, p99 {:.0} ms",
-        fast_lane.last().map_or(0.0, |(_, count)| *count),
-        histogram_quantile(&fast_lane, 0.5) * 1000.0,
-        histogram_quantile(&fast_lane, 0.99) * 1000.0
-    );
-    println!(
-        "    the API server's own time for an Operation status apply (all writers, same window): p50 {:.0} ms, p99 {:.0} ms",
-        histogram_quantile(&status_latency, 0.5) * 1000.0,
-        histogram_quantile(&status_latency, 0.99) * 1000.0
+    print_quantiles(
+        "the API server's own time for an Operation status apply (all writers, same window)",
+        &status_latency,
     );
     println!(
         "  engine RSS: idle {:.1} MiB, peak {:.1} MiB, after {:.1} MiB",
@@ -330,6 +347,81 @@ async fn main() -> anyhow::Result<()> {
         api_writes / args.ops as f64
     );
     println!("  engine writes in 20 s at rest: {rest_writes}");
+    if args.paced_ops > 0 {
+        paced_phase(&args, &client, &ops, &admin, &done, &jobs_done).await?;
+    }
     drop(engine);
     Ok(())
+}
+
+async fn create_runbook(ops: Api<Operation>, created: DoneTimes, name: String, app_name: String) -> anyhow::Result<()> {
+    let body = operation(&name, &app_name, "Runbook", json!({"job": runbook_job()}));
+    ops.patch(&name, &PatchParams::apply("bench-ops"), &Patch::Apply(&body))
+        .await?;
+    created.lock().expect("lock").insert(name, Instant::now());
+    Ok(())
+}
+
+/// Operations arriving one by one at `--paced-rate`, below the rate the burst is worked off
+/// at: the engine's share when the machine is not saturated by the arrivals themselves.
+async fn paced_phase(
+    args: &Args,
+    client: &Client,
+    ops: &Api<Operation>,
+    admin: &str,
+    done: &DoneTimes,
+    jobs_done: &DoneTimes,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(args.paced_rate > 0.0, "--paced-rate must be positive");
+    let latency_before = status_apply_latency(client).await?;
+    let fast_lane_before = fast_lane_buckets(admin).await?;
+    let created: DoneTimes = Arc::default();
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / args.paced_rate));
+    let start = Instant::now();
+    let mut creates = tokio::task::JoinSet::new();
+    for i in 0..args.paced_ops {
+        ticks.tick().await;
+        let app_name = format!("app-{:03}", i % args.apps);
+        creates.spawn(create_runbook(
+            ops.clone(),
+            created.clone(),
+            format!("{PACED}{i:05}"),
+            app_name,
+        ));
+    }
+    while let Some(created) = creates.join_next().await {
+        created??;
+    }
+    let arrived_in = start.elapsed();
+    wait_until("every paced Operation terminal", args.timeout(), async || {
+        Ok(terminal_count(done, PACED) >= args.paced_ops)
+    })
+    .await?;
+    let status_latency = histogram_delta(&status_apply_latency(client).await?, &latency_before);
+    let fast_lane = histogram_delta(&fast_lane_buckets(admin).await?, &fast_lane_before);
+    println!(
+        "paced: {} Runbook Operations arriving at {:.1}/s (created over {:.1} s)",
+        args.paced_ops,
+        args.paced_rate,
+        arrived_in.as_secs_f64()
+    );
+    print_spans("creation → terminal", &spans_ms(&created, done, PACED));
+    print_spans(
+        "Job Complete → Operation terminal (engine share)",
+        &spans_ms(jobs_done, done, PACED),
+    );
+    print_quantiles("the engine's fast lane", &fast_lane);
+    print_quantiles(
+        "the API server's own time for an Operation status apply",
+        &status_latency,
+    );
+    Ok(())
+}
+
+async fn fast_lane_buckets(admin: &str) -> anyhow::Result<Vec<(f64, f64)>> {
+    Ok(histogram_buckets(
+        &http_get(admin, "/metrics").await?,
+        "vworkspace_operation_end_from_child_seconds",
+        &["type=\"Runbook\""],
+    ))
 }
