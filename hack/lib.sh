@@ -79,11 +79,12 @@ log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 # The operator's binaries (debug; the images may pass --release), built by this one command
-# everywhere (the demo, e2e, the images, chaos): Cargo resolves dependency features over the packages one invocation
-# selects, so `--workspace` (which pulls in test-support, hence tokio's test-util) or a
-# shorter `-p` list compiled tokio, hyper, kube and everything above them once more, with
-# its own copy in target/. e2e/Cargo.toml asks for the same kube features, so its tests
-# reuse this build too (docs/development/README.md, "Disk and build reuse").
+# everywhere (the demo, e2e, the images, chaos): Cargo resolves dependency features over the
+# packages one invocation selects, so `--workspace` (which pulls in test-support, hence
+# tokio's test-util) or a shorter `-p` list compiled tokio, hyper, kube and everything above
+# them once more, with its own copy in target/. e2e/Cargo.toml asks for the same kube
+# features, so its tests reuse this build too (docs/development/README.md, "Disk and build
+# reuse").
 OPERATOR_PACKAGES=(app-controller engines agent odoo-sim kubectl-vws)
 # The binaries that run in the cluster as the operator's own images (build-images.sh packs
 # them; the demo runs them, with odoo-sim).

@@ -71,12 +71,23 @@ struct Args {
     /// Operations of the paced phase (0 skips it).
     #[arg(long, default_value_t = 300)]
     paced_ops: usize,
-    /// Arrivals per second in the paced phase.
-    #[arg(long, default_value_t = 8.0)]
+    /// Arrivals per second in the paced phase (0.01 to 1,000).
+    #[arg(long, default_value_t = 8.0, value_parser = paced_rate)]
     paced_rate: f64,
     /// Longest wait for every Operation to end, seconds.
     #[arg(long, default_value_t = 900)]
     timeout_secs: u64,
+}
+
+/// Checked with the other flags, so a bad rate fails at once rather than after the burst; the
+/// bounds keep `1 / rate` a duration the timer can hold.
+fn paced_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text.parse().map_err(|e| format!("not a number: {e}"))?;
+    if (0.01..=1000.0).contains(&rate) {
+        Ok(rate)
+    } else {
+        Err(format!("{rate} is outside 0.01 to 1000 arrivals per second"))
+    }
 }
 
 impl Args {
@@ -372,7 +383,6 @@ async fn paced_phase(
     done: &DoneTimes,
     jobs_done: &DoneTimes,
 ) -> anyhow::Result<()> {
-    anyhow::ensure!(args.paced_rate > 0.0, "--paced-rate must be positive");
     let latency_before = status_apply_latency(client).await?;
     let fast_lane_before = fast_lane_buckets(admin).await?;
     let created: DoneTimes = Arc::default();
