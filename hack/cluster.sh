@@ -403,10 +403,13 @@ start_flux() {
   wait_for source-controller 90 curl -fsS http://127.0.0.1:19440/readyz
   wait_for helm-controller 90 curl -fsS http://127.0.0.1:19441/readyz
 }
+# --concurrent=5, Flux Operator's "small" size (Flux's default is 4, as the bundle keeps): an
+# install here is mostly helm-controller's wait, which polls the release's objects every 5 s
+# (internal/action/wait.go), so a fifth worker overlaps one more wait rather than adding CPU.
 start_helm_controller() {
   start helm-controller env KUBECONFIG="$KUBECONFIG_PATH" "$BIN_DIR/helm-controller" \
     --metrics-addr=127.0.0.1:18081 --health-addr=127.0.0.1:19441 \
-    --watch-all-namespaces=true --log-encoding=console --requeue-dependency=5s --concurrent=4 \
+    --watch-all-namespaces=true --log-encoding=console --requeue-dependency=5s --concurrent=5 \
     --no-cross-namespace-refs=true --default-service-account=vworkspace-no-rights
 }
 
