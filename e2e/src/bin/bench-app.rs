@@ -7,10 +7,11 @@
 //! bench-app --apps 50 --engine argocd    # the same figures through Argo CD (`hack/cluster.sh start-argocd`)
 //! ```
 //!
-//! Every run first measures the limit: the API server's raw write rate (1,000 ConfigMap
-//! creates, and 1,000 server-side applies of a scratch custom resource, each with the
-//! parallelism used for the ApplicationInstances), and from it the most apps/s any
-//! controller could materialise given the writes one app needs. The ApplicationInstances are
+//! Every materialisation-only run (`--suspended`) first measures the limit: the API server's
+//! raw write rate (1,000 ConfigMap creates, and 1,000 server-side applies of a scratch custom
+//! resource, each with the parallelism used for the ApplicationInstances), and from it the
+//! most apps/s any controller could materialise given the writes one app needs (a run with
+//! real installs does not: Helm's work shares the API server). The ApplicationInstances are
 //! spread round-robin over `--namespaces` namespaces (`bench-app-0`, …) and `--repositories`
 //! URLs of the local chart server (the same server, told apart by a query string, which Flux
 //! keeps on the index and chart downloads), so apps of one namespace and repository can
@@ -898,6 +899,30 @@ async fn snapshot_engine_objects(
     Ok(objects)
 }
 
+/// Measures and prints the limit: ConfigMap creates, and the median of
+/// [`raw_custom_apply_rates`].
+async fn measure_limit(client: &Client, spread: &Spread) -> anyhow::Result<Limit> {
+    let raw_creates_per_s = raw_create_rate(client).await?;
+    println!(
+        "(a) limit: the API server creates {raw_creates_per_s:.0} ConfigMaps/s ({LIMIT_OBJECTS} with {CREATE_CONCURRENCY} in flight)"
+    );
+    let rounds = raw_custom_apply_rates(client, spread).await?;
+    let mut sorted = rounds.clone();
+    sorted.sort_by(f64::total_cmp);
+    let raw_custom_applies_per_s = median(&sorted);
+    let rounds_shown: Vec<String> = rounds.iter().map(|r| format!("{r:.0}")).collect();
+    println!(
+        "(a) limit: the API server server-side applies {raw_custom_applies_per_s:.0} custom resources/s, the median of \
+         {LIMIT_ROUNDS} rounds ({}) of {LIMIT_OBJECTS} new objects of a scratch kind with an ApplicationInstance's spec, \
+         {CREATE_CONCURRENCY} in flight",
+        rounds_shown.join(", ")
+    );
+    Ok(Limit {
+        raw_creates_per_s,
+        raw_custom_applies_per_s,
+    })
+}
+
 /// One side's run through the operator.
 struct OperatorRun {
     total: Option<Duration>,
@@ -909,6 +934,13 @@ struct Bench {
     args: Args,
     spread: Arc<Spread>,
     controller_args: Vec<String>,
+    /// Measured for materialisation-only (suspended) runs; `None` in a run with real installs.
+    limit: Option<Limit>,
+}
+
+/// The API server's write rates, measured in the same run.
+#[derive(Clone, Copy)]
+struct Limit {
     raw_creates_per_s: f64,
     /// The median of [`raw_custom_apply_rates`].
     raw_custom_applies_per_s: f64,
@@ -1121,7 +1153,6 @@ impl Bench {
         let n = self.n() as f64;
         let sources = self.spread.sources(self.n());
         let needed = WRITES_PER_APP_UNSHARED + sources as f64 / n;
-        let bound = self.raw_creates_per_s / needed;
         for (phase, later, earlier, a_later, a_earlier) in
             [("materialisation", m1, m0, a1, a0), ("settle", m2, m1, a2, a1)]
         {
@@ -1154,17 +1185,21 @@ impl Bench {
             self.args.engine.counted_resources().map(|(_, r)| r).join("/"),
             api_whole / n,
         );
+        let Some(limit) = self.limit else {
+            return;
+        };
+        let bound = limit.raw_creates_per_s / needed;
         println!(
             "(a) limit: API server raw {:.0} creates/s / {needed:.2} writes per app = {bound:.1} apps/s at most; \
              materialisation {apps_per_s:.1} apps/s = {:.0} % of it",
-            self.raw_creates_per_s,
+            limit.raw_creates_per_s,
             apps_per_s / bound * 100.0
         );
-        let custom_bound = self.raw_custom_applies_per_s / needed;
+        let custom_bound = limit.raw_custom_applies_per_s / needed;
         println!(
             "(a) limit by custom resource applies: {:.0} applies/s / {needed:.2} writes per app = {custom_bound:.1} \
              apps/s at most; materialisation {apps_per_s:.1} apps/s = {:.0} % of it",
-            self.raw_custom_applies_per_s,
+            limit.raw_custom_applies_per_s,
             apps_per_s / custom_bound * 100.0
         );
     }
@@ -1332,32 +1367,20 @@ async fn main() -> anyhow::Result<()> {
         client: client.clone(),
         spread,
         controller_args,
-        raw_creates_per_s: 0.0,
-        raw_custom_applies_per_s: 0.0,
+        limit: None,
         args,
     };
     // A previous run's apps (kept for inspection) and anything else of ours go first.
     bench.clear().await?;
-    let raw_creates_per_s = raw_create_rate(&client).await?;
-    println!(
-        "(a) limit: the API server creates {raw_creates_per_s:.0} ConfigMaps/s ({LIMIT_OBJECTS} with {CREATE_CONCURRENCY} in flight)"
-    );
-    let rounds = raw_custom_apply_rates(&client, &bench.spread).await?;
-    let mut sorted = rounds.clone();
-    sorted.sort_by(f64::total_cmp);
-    let raw_custom_applies_per_s = median(&sorted);
-    let rounds_shown: Vec<String> = rounds.iter().map(|r| format!("{r:.0}")).collect();
-    println!(
-        "(a) limit: the API server server-side applies {raw_custom_applies_per_s:.0} custom resources/s, the median of \
-         {LIMIT_ROUNDS} rounds ({}) of {LIMIT_OBJECTS} new objects of a scratch kind with an ApplicationInstance's spec, \
-         {CREATE_CONCURRENCY} in flight",
-        rounds_shown.join(", ")
-    );
-    let bench = Bench {
-        raw_creates_per_s,
-        raw_custom_applies_per_s,
-        ..bench
+    // The limit bounds materialisation alone; with real installs, Helm's work shares the
+    // API server with it, so a fraction of the limit would say little there.
+    let limit = if bench.args.suspended {
+        Some(measure_limit(&client, &bench.spread).await?)
+    } else {
+        println!("(a) limit: measured in the materialisation-only runs (--suspended), not with real installs");
+        None
     };
+    let bench = Bench { limit, ..bench };
 
     let pairs = if bench.args.suspended || bench.args.skip_baseline {
         0
