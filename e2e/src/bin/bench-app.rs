@@ -1363,7 +1363,7 @@ async fn main() -> anyhow::Result<()> {
             .map(str::to_owned),
         );
     }
-    let bench = Bench {
+    let mut bench = Bench {
         client: client.clone(),
         spread,
         controller_args,
@@ -1374,13 +1374,11 @@ async fn main() -> anyhow::Result<()> {
     bench.clear().await?;
     // The limit bounds materialisation alone; with real installs, Helm's work shares the
     // API server with it, so a fraction of the limit would say little there.
-    let limit = if bench.args.suspended {
-        Some(measure_limit(&client, &bench.spread).await?)
+    if bench.args.suspended {
+        bench.limit = Some(measure_limit(&client, &bench.spread).await?);
     } else {
         println!("(a) limit: measured in the materialisation-only runs (--suspended), not with real installs");
-        None
-    };
-    let bench = Bench { limit, ..bench };
+    }
 
     let pairs = if bench.args.suspended || bench.args.skip_baseline {
         0
