@@ -265,7 +265,13 @@ async fn simulator_outage_loses_no_status_and_a_wrong_key_is_reported() -> anyho
     let agent = start_agent(&ctx, &sim, &sim.key_file, "", &[]).await?;
     let ns = ctx.namespace.as_str();
 
+    // The application first, on its own document: the Operation's document then leaves it
+    // `unchanged` whichever sync picks it up, so the last acknowledgement is known.
     sim.set_app(ns, "wiki", app_spec(json!({}))).await?;
+    wait_sim(&ctx, &sim, "wiki applied", AGENT_TIMEOUT, |v| {
+        (summary(v, ns, "wiki")?["ack"]["outcome"] == "applied").then_some(())
+    })
+    .await?;
     sim.set_op(ns, "first", runbook_spec("wiki", "odoo-op-first", "true"))
         .await?;
     wait_sim(&ctx, &sim, "first succeeded", AGENT_TIMEOUT * 2, |v| {
@@ -331,7 +337,11 @@ async fn simulator_outage_loses_no_status_and_a_wrong_key_is_reported() -> anyho
         report(&view, "Operation", ns, "during-outage").expect("r")["managed_by_agent"],
         false
     );
-    assert_eq!(summary(&view, ns, "wiki").expect("wiki")["ack"]["outcome"], "applied");
+    // Nothing was lost or applied again: the last document is still acknowledged, and
+    // left the application as it was.
+    let wiki_ack = &summary(&view, ns, "wiki").expect("wiki")["ack"];
+    assert_eq!(wiki_ack["outcome"], "unchanged", "{wiki_ack}");
+    assert!(wiki_ack["reason"].is_null(), "{wiki_ack}");
     assert_eq!(view["agent_online"], true);
     e2e::eventually(&ctx, "agent ready again", AGENT_TIMEOUT, || async {
         Ok(match http_get(&agent.admin_addr, "/readyz").await {
