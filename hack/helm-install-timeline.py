@@ -8,15 +8,17 @@ when helm-controller creates a HelmChart for a release it already created one fo
 before. Per side it prints:
 - over how long helm-controller created the sides' HelmCharts (its first reconcile of each release);
 - HelmChart created -> seen ready, p50 and max (waiting for source-controller and for a free worker);
-- install action -> "release in-sync", p50, and how many installs took under 2 s: helm-controller's
+- install action -> "release in-sync", p50 and max, and how many installs took under 2 s: helm-controller's
   wait polls the release's objects every 5 s, so an install is about 0.5 s when the Deployment is
   current at the first poll and about 5.4 s when it is not;
 - the last release in sync, from the side's first HelmChart.
-Lines that are not console-encoded log entries are skipped.
+Lines that are not console-encoded log entries are skipped; a figure with nothing to measure
+prints n/a, and a log that cannot be read is a one-line error.
 """
 
 import datetime
 import re
+import signal
 import statistics
 import sys
 from pathlib import Path
@@ -59,10 +61,23 @@ def sides(path):
     return found
 
 
+def p50_and_max(durations):
+    """'p50 X s, max Y s', or 'n/a' when the side has none (e.g. a log cut short)."""
+    if not durations:
+        return "n/a"
+    return f"p50 {statistics.median(durations):.1f} s, max {max(durations):.1f} s"
+
+
 def main():
+    # Piped into head: stop quietly, as other command-line tools do.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     default = Path(__file__).resolve().parent.parent / "target/e2e-cluster/logs/helm-controller.log"
     path = sys.argv[1] if len(sys.argv) > 1 else default
-    for i, side in enumerate(sides(path), 1):
+    try:
+        found = sides(path)
+    except OSError as e:
+        sys.exit(f"helm-install-timeline: cannot read {path}: {e.strerror}")
+    for i, side in enumerate(found, 1):
         created = side["created"]
         if not side["in_sync"]:
             continue
@@ -71,8 +86,8 @@ def main():
         installs = [t - side["install"][r] for r, t in side["in_sync"].items()]
         print(
             f"side {i}: {len(created)} releases; HelmCharts created over {max(created.values()) - t0:.1f} s; "
-            f"HelmChart created -> ready p50 {statistics.median(chart_wait):.1f} s, max {max(chart_wait):.1f} s; "
-            f"install p50 {statistics.median(installs):.1f} s, "
+            f"HelmChart created -> ready {p50_and_max(chart_wait)}; "
+            f"install {p50_and_max(installs)}, "
             f"{sum(d < FAST_INSTALL_S for d in installs)} under {FAST_INSTALL_S:.0f} s; "
             f"last in sync after {max(side['in_sync'].values()) - t0:.1f} s"
         )
