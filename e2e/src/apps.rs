@@ -186,6 +186,30 @@ pub async fn wait_config(ctx: &TestContext, config_map: &str, key: &str, want: &
     .await
 }
 
+/// Watches the test namespace's ApplicationInstances selected by `config` and records what
+/// `pick` takes from each version seen, in order, until the task is aborted.
+fn record_statuses<T: Send + 'static>(
+    ctx: &TestContext,
+    config: watcher::Config,
+    pick: impl Fn(&ApplicationInstance) -> Option<T> + Send + 'static,
+) -> (Arc<Mutex<Vec<T>>>, tokio::task::JoinHandle<()>) {
+    let seen: Arc<Mutex<Vec<T>>> = Arc::default();
+    let events = watcher(ctx.api::<ApplicationInstance>(), config)
+        .default_backoff()
+        .applied_objects();
+    let sink = Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        let mut events = events.boxed();
+        while let Some(event) = events.next().await {
+            let Ok(app) = event else { continue };
+            if let Some(item) = pick(&app) {
+                sink.lock().unwrap_or_else(PoisonError::into_inner).push(item);
+            }
+        }
+    });
+    (seen, task)
+}
+
 /// One `Ready=True`: (name, pinned chart version, deployed chart version).
 type ReadyClaim = (String, Option<String>, Option<String>);
 
@@ -201,32 +225,30 @@ pub struct ReadyClaims {
 impl ReadyClaims {
     /// Starts watching (before the applications are applied, to see every write).
     pub fn watch(ctx: &TestContext) -> Self {
-        let seen: Arc<Mutex<Vec<_>>> = Arc::default();
-        let events = watcher(ctx.api::<ApplicationInstance>(), watcher::Config::default())
-            .default_backoff()
-            .applied_objects();
-        let sink = Arc::clone(&seen);
-        let task = tokio::spawn(async move {
-            let mut events = events.boxed();
-            while let Some(event) = events.next().await {
-                let Ok(app) = event else { continue };
-                let Some(status) = app.status.as_ref() else { continue };
-                let current = status.observed_generation == app.metadata.generation;
-                if current && condition(&app, "Ready").is_some_and(|(s, _, _)| s == "True") {
-                    sink.lock().unwrap_or_else(PoisonError::into_inner).push((
-                        app.metadata.name.clone().unwrap_or_default(),
-                        app.spec.chart.version.clone(),
-                        status.deployed_chart_version.clone(),
-                    ));
-                }
-            }
+        let (seen, task) = record_statuses(ctx, watcher::Config::default(), |app| {
+            let status = app.status.as_ref()?;
+            let current = status.observed_generation == app.metadata.generation;
+            (current && condition(app, "Ready").is_some_and(|(s, _, _)| s == "True")).then(|| {
+                (
+                    app.metadata.name.clone().unwrap_or_default(),
+                    app.spec.chart.version.clone(),
+                    status.deployed_chart_version.clone(),
+                )
+            })
         });
         Self { seen, task }
     }
 
-    /// Stops watching; fails if any claim named no deployed version, or another than the
-    /// pinned one. Returns how many claims were seen.
-    pub fn assert_each_names_its_release(self) -> usize {
+    /// Waits (a few seconds at most) until `at_least` claims have come through the watch,
+    /// which trails the reads that told the test the app was ready; then stops watching and
+    /// fails if any claim named no deployed version, or another than the pinned one. Returns
+    /// how many claims were seen.
+    pub async fn assert_each_names_its_release(self, at_least: usize) -> usize {
+        let count = || self.seen.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while count() < at_least && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         self.task.abort();
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let wrong: Vec<_> = seen
@@ -238,6 +260,60 @@ impl ReadyClaims {
             "Ready=True without the release it names (name, pinned, deployed): {wrong:?}"
         );
         seen.len()
+    }
+}
+
+/// One status of an ApplicationInstance as a watch saw it: its `Ready` status and reason, and
+/// the newest Helm revision in its history.
+type ReadyStep = (Option<String>, Option<String>, Option<i64>);
+
+/// Every status one ApplicationInstance was seen with, in order, from the moment this starts
+/// (the first entry is the status it had then). For a values change the app controller asks
+/// Flux for with a reconcile token (a `valuesFrom` ConfigMap changed; no new generation), a
+/// `Ready=True` that names no newer release than the one before is wrong once Ready has left
+/// `True` (the stale Ready from before the request), or when its reason is not the one it
+/// started with (a torn write: `UpgradeSucceeded` beside the previous history).
+pub struct ReadyTimeline {
+    seen: Arc<Mutex<Vec<ReadyStep>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadyTimeline {
+    /// Starts watching `name`.
+    pub fn watch(ctx: &TestContext, name: &str) -> Self {
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let (seen, task) = record_statuses(ctx, config, |app| {
+            let ready = condition(app, "Ready");
+            let newest = app
+                .status
+                .as_ref()
+                .and_then(|s| s.history.iter().map(|r| r.revision).max());
+            Some((ready.clone().map(|c| c.0), ready.map(|c| c.1), newest))
+        });
+        Self { seen, task }
+    }
+
+    /// Stops watching; fails on a stale or torn `Ready=True` (see the type) for a release no
+    /// newer than `before`. Returns the steps seen.
+    pub fn assert_no_stale_or_torn_ready(self, before: i64) -> Vec<ReadyStep> {
+        self.task.abort();
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let first_reason = seen.first().and_then(|(_, reason, _)| reason.clone());
+        let mut left_ready = false;
+        let mut wrong = Vec::new();
+        for step in &seen {
+            let (ready, reason, newest) = step;
+            if ready.as_deref() != Some("True") {
+                left_ready = true;
+            } else if newest.is_none_or(|r| r <= before) && (left_ready || *reason != first_reason) {
+                wrong.push(step.clone());
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "Ready=True for revision {before} or older after the change: {wrong:?} in {seen:?}"
+        );
+        seen
     }
 }
 

@@ -107,7 +107,7 @@ async fn install_reaches_ready_with_values_rendered_and_status_mirrored() -> any
     .await?;
 
     let ready = wait_deployed(&ctx, "wiki", "InstallSucceeded", "0.1.0").await?;
-    assert!(claims.assert_each_names_its_release() >= 1);
+    assert!(claims.assert_each_names_its_release(1).await >= 1);
     let status = ready.status.clone().expect("status");
     assert_eq!(status.deployed_chart_version.as_deref(), Some("0.1.0"));
     assert_eq!(status.app_version.as_deref(), Some("1.0.0"));
@@ -258,7 +258,7 @@ async fn upgrade_by_version_and_broken_upgrade_relays_flux_reasons() -> anyhow::
     apply_app(&ctx, &app("shop", "demo-app", "0.2.0", serde_json::json!({}))).await?;
     let upgraded = wait_deployed(&ctx, "shop", "UpgradeSucceeded", "0.2.0").await?;
     // Neither the install nor the upgrade claimed Ready=True before its release showed.
-    assert!(claims.assert_each_names_its_release() >= 2);
+    assert!(claims.assert_each_names_its_release(2).await >= 2);
     assert_eq!(
         upgraded
             .status

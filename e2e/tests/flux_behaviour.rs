@@ -12,8 +12,8 @@ use api::{
 use e2e::{
     CHART_REPO, TestContext,
     apps::{
-        RELEASE_TIMEOUT, app, apply_app, condition, config_value, start_controller, wait_app, wait_config,
-        wait_deployed, wait_ready,
+        RELEASE_TIMEOUT, ReadyTimeline, app, apply_app, condition, config_value, start_controller, wait_app,
+        wait_config, wait_deployed, wait_ready,
     },
     cluster_dir, eventually, flux, get_json,
     real_node::{REAL_NODE, image, placement, pod_log, require_real_node, wait_pod_phase},
@@ -263,6 +263,11 @@ async fn values_from_a_config_map_follow_the_config_map() -> anyhow::Result<()> 
     wait_config(&ctx, "wiki-config", "greeting", "from the configmap").await?;
     assert_eq!(deployment_replicas(&ctx, "wiki").await?, Some(2));
 
+    // From the reconcile request on, the app never shows the Ready=True from before it
+    // (helm-controller marks Reconciling before it touches Ready), nor the torn end of it
+    // (conditions written before the history and lastHandledReconcileAt).
+    let installed = newest_revision(&ready).expect("the installed release in the history");
+    let timeline = ReadyTimeline::watch(&ctx, "wiki");
     ctx.apply(&settings("changed in the configmap", "3")?).await?;
     wait_config(&ctx, "wiki-config", "greeting", "changed in the configmap").await?;
     let after = wait_ready(&ctx, "wiki", "True", "UpgradeSucceeded").await?;
@@ -271,6 +276,13 @@ async fn values_from_a_config_map_follow_the_config_map() -> anyhow::Result<()> 
         after.metadata.generation, ready.metadata.generation,
         "no spec change was needed"
     );
+    let upgraded = newest_revision(&after);
+    assert!(
+        upgraded > Some(installed),
+        "a new release: {upgraded:?} after {installed}"
+    );
+    let steps = timeline.assert_no_stale_or_torn_ready(installed);
+    eprintln!("wiki's Ready, reason and newest revision from the ConfigMap change on: {steps:?}");
     let cm = ctx.api::<ConfigMap>().get("wiki-settings").await?;
     assert!(
         !cm.metadata
@@ -287,6 +299,11 @@ async fn values_from_a_config_map_follow_the_config_map() -> anyhow::Result<()> 
         hr.pointer("/metadata/annotations")
     );
     Ok(())
+}
+
+/// The newest Helm revision an ApplicationInstance's status shows.
+fn newest_revision(app: &ApplicationInstance) -> Option<i64> {
+    app.status.as_ref()?.history.iter().map(|r| r.revision).max()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,10 +15,14 @@
 //! `reconcile.fluxcd.io/requestedAt` token we set for a values change
 //! (`status.lastHandledReconcileAt`). A token change does not bump the
 //! generation, so without the second check a stale `Ready=True` would be
-//! reported right after a Secret changed. Two exceptions keep it from
-//! blocking: while Flux shows `Reconciling=True` the token is being worked on
-//! (and Ready is not True, so nothing stale is claimed), and a suspended
-//! HelmRelease will not act on it at all.
+//! reported right after a values ConfigMap changed. Two exceptions keep it from
+//! blocking: while Flux shows `Reconciling=True` with a `Ready` that is not
+//! True, the token is being worked on and that progress (or failure) is
+//! reported; and a suspended HelmRelease will not act on it at all.
+//! `Reconciling=True` beside `Ready=True` does not count: helm-controller marks
+//! Reconciling before it touches Ready, so that Ready is the one from before
+//! the request, and its final patch writes the conditions before
+//! `lastHandledReconcileAt` and the history (see "A torn write").
 //!
 //! ## A torn write
 //!
@@ -211,9 +215,12 @@ fn reconcile_request_seen(hr: &DynamicObject, conditions: &[ConditionView], susp
     let Some(token) = requested else {
         return true;
     };
-    suspended
-        || str_at(hr, "/status/lastHandledReconcileAt") == Some(token.as_str())
-        || find(conditions, types::RECONCILING).is_some_and(ConditionView::is_true)
+    let handled = str_at(hr, "/status/lastHandledReconcileAt") == Some(token.as_str());
+    // A Ready=True beside Reconciling=True is the one from before the request (Flux marks
+    // Reconciling first and Ready later), or a torn write of its end: neither tells of it.
+    let in_progress = find(conditions, types::RECONCILING).is_some_and(ConditionView::is_true)
+        && !find(conditions, types::READY).is_some_and(ConditionView::is_true);
+    suspended || handled || in_progress
 }
 
 /// The relayed condition types, in the order of `RELAYED_FROM_HELMRELEASE`.

@@ -484,8 +484,34 @@ fn values_revision_token_must_be_handled() {
         ("older token handled", ready(Some("rv-1"), None), false),
         ("token handled", ready(Some("rv-2"), None), true),
         (
-            "being worked on",
+            "Ready from before the request, Flux has just started",
             ready(Some("rv-1"), Some(cond("Reconciling", "True", "Progressing", "", 5))),
+            false,
+        ),
+        (
+            "being worked on: Ready no longer True",
+            {
+                let mut r = ready(Some("rv-1"), Some(cond("Reconciling", "True", "Progressing", "", 5)));
+                r.data["status"]["conditions"][0] = cond("Ready", "Unknown", "Progressing", "", 5);
+                r
+            },
+            true,
+        ),
+        (
+            "failed while being worked on",
+            {
+                let mut r = ready(
+                    Some("rv-1"),
+                    Some(cond("Reconciling", "True", "ProgressingWithRetry", "", 5)),
+                );
+                r.data["status"]["conditions"][0] = cond("Ready", "False", "UpgradeFailed", "", 5);
+                r
+            },
+            true,
+        ),
+        (
+            "a later reconcile after the request was handled",
+            ready(Some("rv-2"), Some(cond("Reconciling", "True", "Progressing", "", 5))),
             true,
         ),
         (
