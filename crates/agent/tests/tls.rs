@@ -159,13 +159,14 @@ async fn connect_proxy() -> (String, Arc<Mutex<Vec<String>>>) {
 const CHILD_URL: &str = "VWS_TLS_TEST_CHILD_URL";
 const CHILD_CA: &str = "VWS_TLS_TEST_CHILD_CA";
 
-/// Runs [`child_registers_through_the_environment_proxy`] in a child process with `env`,
+/// Runs [`child_registers_through_the_environment_proxy`] in a child process with `env` (this
+/// test binary again, running the one test that calls this, which sees [`CHILD_URL`]),
 /// off the runtime's thread (the simulator and the proxy run on it); panics with the
 /// child's output when it fails.
 async fn run_child(url: &str, ca: &Path, env: &[(&str, &str)]) {
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
     cmd.args([
-        "child_registers_through_the_environment_proxy",
+        "https_proxy_from_the_environment_tunnels_the_calls_and_no_proxy_bypasses_it",
         "--exact",
         "--nocapture",
     ])
@@ -195,15 +196,10 @@ async fn run_child(url: &str, ca: &Path, env: &[(&str, &str)]) {
     );
 }
 
-/// The child's side: one `agent_register` with whatever proxy the environment names. Does
-/// nothing when not started by [`run_child`].
-#[tokio::test]
-async fn child_registers_through_the_environment_proxy() {
-    let (Ok(url), Ok(ca)) = (std::env::var(CHILD_URL), std::env::var(CHILD_CA)) else {
-        return;
-    };
+/// The child's side: one `agent_register` with whatever proxy the environment names.
+async fn child_registers_through_the_environment_proxy(url: &str, ca: &str) {
     let key = Redacted::new(KEY.to_owned());
-    let ok = client(&url, Some(Path::new(&ca)))
+    let ok = client(url, Some(Path::new(ca)))
         .call(&key, METHOD_REGISTER, &register_params())
         .await
         .unwrap();
@@ -212,6 +208,12 @@ async fn child_registers_through_the_environment_proxy() {
 
 #[tokio::test]
 async fn https_proxy_from_the_environment_tunnels_the_calls_and_no_proxy_bypasses_it() {
+    // Started by `run_child`: this process is the child, with the proxy variables to test
+    // (one test, so the child's side is never counted as a test of its own).
+    if let (Ok(url), Ok(ca)) = (std::env::var(CHILD_URL), std::env::var(CHILD_CA)) {
+        child_registers_through_the_environment_proxy(&url, &ca).await;
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let (ca, url, shutdown, serving) = tls_sim(dir.path()).await;
     let (proxy, heads) = connect_proxy().await;

@@ -69,6 +69,43 @@ mod tests {
             .unwrap();
     }
 
+    /// Set in the child process [`sigterm_cancels_the_token`] starts.
+    const SIGNAL_CHILD: &str = "VWS_SHUTDOWN_TEST_CHILD";
+
+    /// The signal path itself: a SIGTERM sent to the process (as the kubelet sends on pod
+    /// deletion) cancels the token. Runs in a child process (this test binary again, this
+    /// one test), so the signal reaches no other test.
+    #[tokio::test]
+    async fn sigterm_cancels_the_token() {
+        if std::env::var_os(SIGNAL_CHILD).is_some() {
+            let token = cancel_on_signal(CancellationToken::new());
+            // The current-thread runtime runs the spawned task (which installs the handlers)
+            // while this one sleeps.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let sent = std::process::Command::new("kill")
+                .args(["-TERM", &std::process::id().to_string()])
+                .status()
+                .unwrap();
+            assert!(sent.success());
+            tokio::time::timeout(Duration::from_secs(5), token.cancelled())
+                .await
+                .expect("SIGTERM cancelled the token");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["shutdown::tests::sigterm_cancels_the_token", "--exact", "--nocapture"])
+            .env(SIGNAL_CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "the child failed ({}): {text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     #[tokio::test]
     async fn shutdown_signal_is_pending_without_a_signal() {
         let res = tokio::time::timeout(Duration::from_millis(50), shutdown_signal()).await;

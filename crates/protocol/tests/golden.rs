@@ -670,6 +670,12 @@ fn report_of_a_verified_restore() {
         1,
     )];
     report.result = Some(message.into());
+    // The times of this Operation (the shared `op_report` is of 2026-11-21): requested,
+    // started, and Succeeded at its completion.
+    report.created_at = Some(ts("2026-11-26T09:03:20Z"));
+    report.start_time = Some(ts("2026-11-26T09:03:21Z"));
+    report.completion_time = Some(ts("2026-11-26T09:04:10Z"));
+    report.observed_at = ts("2026-11-26T09:04:11Z");
     report.verification = Some(protocol::verification::VerificationReport {
         passed: true,
         message: "Velero Restore velero/team-a-wiki-verify-20261126-9c1e2d completed (0 warnings, 0 errors); ready: \

@@ -513,11 +513,7 @@ pub(crate) fn print(run: &LatencyRun) {
     println!(
         "    status change seen in the cluster → received by the simulator: {} (target p99 < 2 s: {})",
         describe_ms(&run.all),
-        if percentile(&run.all, 0.99) < 2000.0 {
-            "met"
-        } else {
-            "NOT met"
-        }
+        latency_verdict(&run.all, run.missing)
     );
     if let Some(min) = run.all.first() {
         println!(
@@ -557,10 +553,32 @@ pub(crate) fn print(run: &LatencyRun) {
         mib(run.rss_idle),
         mib(run.rss_peak),
         mib(run.rss_rest),
-        if run.rss_peak * 1024 <= 30_000_000 {
-            "within"
-        } else {
-            "ABOVE"
-        }
+        rss_verdict(run.rss_peak)
     );
+}
+
+/// The p99 target's verdict: "met" only for a p99 over every final state (a missing one has
+/// no latency, so the p99 of the others says nothing of it) and over at least one sample.
+fn latency_verdict(sorted_ms: &[f64], missing: usize) -> String {
+    let p99 = percentile(sorted_ms, 0.99);
+    if sorted_ms.is_empty() {
+        "NOT measured: no sample".to_owned()
+    } else if missing > 0 {
+        format!("NOT met: {missing} final states never received")
+    } else if p99 < 2000.0 {
+        "met".to_owned()
+    } else {
+        "NOT met".to_owned()
+    }
+}
+
+/// The RSS target's verdict for a peak in KiB (`VmHWM`); 0 means it could not be read.
+fn rss_verdict(peak_kib: u64) -> &'static str {
+    if peak_kib == 0 {
+        "NOT measured: the agent's RSS could not be read"
+    } else if peak_kib * 1024 <= 30_000_000 {
+        "within"
+    } else {
+        "ABOVE"
+    }
 }
