@@ -76,9 +76,17 @@ in-cluster +cmd:
 e2e *args:
     hack/e2e.sh {{args}}
 
+# The reference Odoo addon (odoo/addons/vworkspace) on a REAL Odoo 19 (VWS_ODOO_SRC, default
+# ../shared/odoo-19) and Debian's PostgreSQL: its Odoo tests, with the golden files replayed
+# (docs/connectivity/odoo-addon.md). Installs the missing Debian packages first.
+odoo-check:
+    hack/odoo.sh deps
+    hack/odoo.sh db-up
+    hack/odoo.sh test
+
 # Everything CI runs: generated files, format, dependency policy, lint, unit tests, the
-# monitoring kit's rules, e2e.
-test: check-generated fmt-check deny lint unit monitoring-check e2e
+# reference Odoo addon's tests, the monitoring kit's rules, e2e.
+test: check-generated fmt-check deny lint unit odoo-check monitoring-check e2e
 
 # The main job: a real local cluster with the operator and a sample app (`just demo push`:
 # the agent in push mode, the simulator calling it).
