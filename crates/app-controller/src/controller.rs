@@ -1,7 +1,8 @@
 //! Wiring: watches and the kube-runtime Controller.
 //!
 //! - ApplicationInstances: guarded against malformed objects, `managedFields` stripped,
-//!   filtered by generation (+ finalizers) so our own status writes do not re-trigger.
+//!   filtered by generation (+ finalizers) so our own status writes do not re-trigger;
+//!   only those `--watch-label-selector` selects, when it is set (ADR 0015).
 //! - The engine objects each engine names ([`helmengine::Engine::watched_kinds`]: for Flux
 //!   HelmReleases linked by owner references and the sources apps read from; for Argo CD
 //!   Applications in Argo CD's namespace, linked by labels), metadata only: engine status
@@ -19,7 +20,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use api::{ApplicationInstance, ValuesSourceKind};
-use controller_kit::{CancellationToken, Readiness, SeenVersions, WatchScope};
+use controller_kit::{CancellationToken, Readiness, SeenVersions, WatchScope, labels::LabelSelector};
 use futures::StreamExt;
 use helmengine::{OwnerLink, WatchPlace, WatchedKind};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -49,6 +50,9 @@ pub struct Settings {
     /// The engine objects to watch, from every engine this controller drives
     /// ([`helmengine::Engine::watched_kinds`]).
     pub watched: Vec<WatchedKind>,
+    /// `--watch-label-selector`: the ApplicationInstances this controller is responsible
+    /// for; it neither sees nor writes the others (ADR 0015).
+    pub selector: Option<LabelSelector>,
 }
 
 /// Runs the ApplicationInstance controller until `shutdown` is cancelled.
@@ -64,7 +68,11 @@ pub async fn run(
     let (reader, writer) = reflector::store();
     let ctx = Arc::new(make_context(reader.clone()));
     let seen = ctx.seen.clone();
-    let app_stream = watcher(apps, watcher::Config::default())
+    let app_config = match &settings.selector {
+        Some(selector) => watcher::Config::default().labels(selector.as_str()),
+        None => watcher::Config::default(),
+    };
+    let app_stream = watcher(apps, app_config)
         .default_backoff()
         .modify(|app| app.managed_fields_mut().clear())
         .reflect(writer)

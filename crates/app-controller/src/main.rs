@@ -9,8 +9,8 @@ use app_controller::{
     tenancy::{PodSecurityEnforce, Tenancy},
 };
 use clap::Parser;
-use controller_kit::namespaces::NamespacePairs;
 use controller_kit::{CommonArgs, Runtime, WriteVerb, runtime::Never};
+use controller_kit::{labels::LabelSelector, namespaces::NamespacePairs};
 use helmengine::{
     Engine,
     argocd::{ArgoCdEngine, ArgoCdSettings},
@@ -61,6 +61,17 @@ struct Cli {
     /// namespaces' labels to the platform.
     #[arg(long, env = "VWS_POD_SECURITY_ENFORCE", default_value = "baseline")]
     pod_security_enforce: PodSecurityEnforce,
+    /// Act only on the ApplicationInstances whose labels match this selector (Kubernetes
+    /// syntax, e.g. `vworkspace.io/shard=b` or `!vworkspace.io/shard`), and say nothing of
+    /// the others: how several app controllers share one cluster (ADR 0015). Unset: every
+    /// ApplicationInstance in the watched namespaces.
+    #[arg(long, env = "VWS_WATCH_LABEL_SELECTOR", value_parser = parse_selector)]
+    watch_label_selector: Option<LabelSelector>,
+}
+
+fn parse_selector(s: &str) -> Result<LabelSelector, String> {
+    s.parse()
+        .map_err(|e: controller_kit::labels::LabelSelectorError| e.to_string())
 }
 
 fn parse_pairs(s: &str) -> Result<NamespacePairs, String> {
@@ -126,6 +137,7 @@ async fn main() -> anyhow::Result<()> {
                 scope: rt.scope.clone(),
                 concurrency: cli.common.concurrency,
                 watched: engines.watched_kinds(),
+                selector: cli.watch_label_selector.clone(),
             };
             let publisher = controller_kit_publisher(&cli.common, NAME);
             publisher.register_metrics(&rt.metrics);
@@ -154,6 +166,7 @@ async fn main() -> anyhow::Result<()> {
                     publisher,
                     tenancy: Tenancy::new(FIELD_MANAGER, cli.pod_security_enforce),
                     seen: Default::default(),
+                    selector: cli.watch_label_selector,
                 }
             };
             controller::run(client, settings, make_context, rt.readiness, rt.shutdown).await;

@@ -127,6 +127,9 @@ pub struct Context {
     /// Versions of apps and engine objects this controller wrote and acted on; the watches
     /// drop their events.
     pub seen: Arc<controller_kit::SeenVersions>,
+    /// `--watch-label-selector`, when set: the store holds only the apps it selects, so a
+    /// dependency outside it reads as missing, and the message says why.
+    pub selector: Option<controller_kit::labels::LabelSelector>,
 }
 
 /// Reconciles one ApplicationInstance (guarded against malformed objects).
@@ -255,7 +258,13 @@ async fn apply(api: &Api<ApplicationInstance>, app: Arc<ApplicationInstance>, ct
     }
 
     if let Some(missing) = missing_dependency(&app, &ctx.store) {
-        let message = format!("dependsOn names ApplicationInstance {missing}, which does not exist");
+        let message = match &ctx.selector {
+            None => format!("dependsOn names ApplicationInstance {missing}, which does not exist"),
+            Some(selector) => format!(
+                "dependsOn names ApplicationInstance {missing}, which does not exist among the \
+                 ApplicationInstances this controller selects (--watch-label-selector {selector})"
+            ),
+        };
         return fail(
             api,
             &app,

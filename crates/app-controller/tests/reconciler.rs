@@ -115,6 +115,7 @@ fn context(allowed: Option<&str>) -> anyhow::Result<(Arc<Context>, ApiServer)> {
         failures: controller::failures(),
         tenancy: Tenancy::new(FIELD_MANAGER, PodSecurityEnforce::None),
         seen: Default::default(),
+        selector: None,
     };
     Ok((Arc::new(ctx), server))
 }

@@ -32,6 +32,7 @@
 pub mod admin;
 pub mod args;
 pub mod controller;
+pub mod labels;
 pub mod leader;
 pub mod metrics;
 pub mod namespaces;
