@@ -504,12 +504,14 @@ EOF
 
   # Out of cluster, like Velero's own "run locally" development setup. HOME and
   # TMPDIR keep ~/.config/velero and the credential files Velero writes for its
-  # plugins (<tmp>/credentials) inside this cluster's directory.
+  # plugins (<tmp>/credentials) inside this cluster's directory. The backup sync from the
+  # bucket runs every 10 s (Velero's default: 1 min), so a test that waits for two syncs
+  # (backup_schedule.rs: deleted backups stay deleted) waits seconds, not minutes.
   start velero env KUBECONFIG="$KUBECONFIG_PATH" HOME="$d/velero" TMPDIR="$d/velero/tmp" \
     AWS_SHARED_CREDENTIALS_FILE="$d/velero/credentials" AWS_EC2_METADATA_DISABLED=true \
     "$V/bin/velero" server --namespace "$VELERO_NS" --plugin-dir "$V/plugins" \
     --metrics-address "127.0.0.1:$VELERO_METRICS_PORT" --profiler-address "127.0.0.1:$VELERO_PROFILER_PORT" \
-    --default-backup-storage-location default \
+    --default-backup-storage-location default --backup-sync-period=10s \
     --log-format text --log-level info
 }
 

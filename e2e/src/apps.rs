@@ -186,28 +186,91 @@ pub async fn wait_config(ctx: &TestContext, config_map: &str, key: &str, want: &
     .await
 }
 
-/// Watches the test namespace's ApplicationInstances selected by `config` and records what
-/// `pick` takes from each version seen, in order, until the task is aborted.
-fn record_statuses<T: Send + 'static>(
-    ctx: &TestContext,
-    config: watcher::Config,
-    pick: impl Fn(&ApplicationInstance) -> Option<T> + Send + 'static,
-) -> (Arc<Mutex<Vec<T>>>, tokio::task::JoinHandle<()>) {
-    let seen: Arc<Mutex<Vec<T>>> = Arc::default();
-    let events = watcher(ctx.api::<ApplicationInstance>(), config)
-        .default_backoff()
-        .applied_objects();
-    let sink = Arc::clone(&seen);
-    let task = tokio::spawn(async move {
-        let mut events = events.boxed();
-        while let Some(event) = events.next().await {
-            let Ok(app) = event else { continue };
-            if let Some(item) = pick(&app) {
-                sink.lock().unwrap_or_else(PoisonError::into_inner).push(item);
+/// What a status watch recorded: the items `pick` took, in order, and every error of the
+/// watch (each a possible gap in what was seen).
+struct Recorded<T> {
+    items: Vec<T>,
+    errors: Vec<String>,
+}
+
+/// A watch of the test namespace's ApplicationInstances selected by `config`, recording what
+/// `pick` takes from each version seen, in order, until stopped.
+struct StatusRecorder<T> {
+    recorded: Arc<Mutex<Recorded<T>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// How long a status watch may take to deliver its first list.
+const FIRST_LIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl<T: Clone + Send + 'static> StatusRecorder<T> {
+    /// Starts the watch and returns once its first list is in (so nothing written after this
+    /// returns can be missed), or fails when that list does not come.
+    async fn start(
+        ctx: &TestContext,
+        config: watcher::Config,
+        pick: impl Fn(&ApplicationInstance) -> Option<T> + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        let recorded = Arc::new(Mutex::new(Recorded {
+            items: Vec::new(),
+            errors: Vec::new(),
+        }));
+        let events = watcher(ctx.api::<ApplicationInstance>(), config).default_backoff();
+        let sink = Arc::clone(&recorded);
+        let (listed, first_list) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut listed = Some(listed);
+            let mut events = events.boxed();
+            while let Some(event) = events.next().await {
+                let app = match event {
+                    Ok(watcher::Event::Apply(app) | watcher::Event::InitApply(app)) => app,
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(listed) = listed.take() {
+                            let _ = listed.send(());
+                        }
+                        continue;
+                    }
+                    Ok(watcher::Event::Init | watcher::Event::Delete(_)) => continue,
+                    Err(e) => {
+                        sink.lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .errors
+                            .push(e.to_string());
+                        continue;
+                    }
+                };
+                if let Some(item) = pick(&app) {
+                    sink.lock().unwrap_or_else(PoisonError::into_inner).items.push(item);
+                }
+            }
+        });
+        match tokio::time::timeout(FIRST_LIST_TIMEOUT, first_list).await {
+            Ok(Ok(())) => Ok(Self { recorded, task }),
+            _ => {
+                task.abort();
+                let errors = recorded.lock().unwrap_or_else(PoisonError::into_inner).errors.clone();
+                anyhow::bail!("the status watch delivered no first list in {FIRST_LIST_TIMEOUT:?}; errors: {errors:?}")
             }
         }
-    });
-    (seen, task)
+    }
+
+    /// How many items are in so far.
+    fn count(&self) -> usize {
+        self.recorded.lock().unwrap_or_else(PoisonError::into_inner).items.len()
+    }
+
+    /// Stops the watch; fails if it had an error (it may have missed a version), else
+    /// returns what it saw.
+    fn stop(self) -> Vec<T> {
+        self.task.abort();
+        let recorded = self.recorded.lock().unwrap_or_else(PoisonError::into_inner);
+        assert!(
+            recorded.errors.is_empty(),
+            "the status watch failed, so it may have missed a version: {:?}",
+            recorded.errors
+        );
+        recorded.items.clone()
+    }
 }
 
 /// One `Ready=True`: (name, pinned chart version, deployed chart version).
@@ -218,14 +281,14 @@ type ReadyClaim = (String, Option<String>, Option<String>);
 /// helm-controller writes a success in two requests (conditions, then the history): a
 /// controller that relays the first alone claims a release it does not yet show.
 pub struct ReadyClaims {
-    seen: Arc<Mutex<Vec<ReadyClaim>>>,
-    task: tokio::task::JoinHandle<()>,
+    recorder: StatusRecorder<ReadyClaim>,
 }
 
 impl ReadyClaims {
-    /// Starts watching (before the applications are applied, to see every write).
-    pub fn watch(ctx: &TestContext) -> Self {
-        let (seen, task) = record_statuses(ctx, watcher::Config::default(), |app| {
+    /// Starts watching (before the applications are applied, to see every write); returns
+    /// once the watch has its first list.
+    pub async fn watch(ctx: &TestContext) -> anyhow::Result<Self> {
+        let recorder = StatusRecorder::start(ctx, watcher::Config::default(), |app| {
             let status = app.status.as_ref()?;
             let current = status.observed_generation == app.metadata.generation;
             (current && condition(app, "Ready").is_some_and(|(s, _, _)| s == "True")).then(|| {
@@ -235,22 +298,26 @@ impl ReadyClaims {
                     status.deployed_chart_version.clone(),
                 )
             })
-        });
-        Self { seen, task }
+        })
+        .await?;
+        Ok(Self { recorder })
     }
 
     /// Waits (a few seconds at most) until `at_least` claims have come through the watch,
     /// which trails the reads that told the test the app was ready; then stops watching and
-    /// fails if any claim named no deployed version, or another than the pinned one. Returns
-    /// how many claims were seen.
+    /// fails if fewer came, if the watch failed, or if any claim named no deployed version,
+    /// or another than the pinned one. Returns how many claims were seen.
     pub async fn assert_each_names_its_release(self, at_least: usize) -> usize {
-        let count = || self.seen.lock().unwrap_or_else(PoisonError::into_inner).len();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while count() < at_least && tokio::time::Instant::now() < deadline {
+        while self.recorder.count() < at_least && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        self.task.abort();
-        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let seen = self.recorder.stop();
+        assert!(
+            seen.len() >= at_least,
+            "{} Ready=True claims seen, {at_least} expected: {seen:?}",
+            seen.len()
+        );
         let wrong: Vec<_> = seen
             .iter()
             .filter(|(_, pinned, deployed)| deployed.is_none() || deployed != pinned)
@@ -274,30 +341,61 @@ type ReadyStep = (Option<String>, Option<String>, Option<i64>);
 /// `True` (the stale Ready from before the request), or when its reason is not the one it
 /// started with (a torn write: `UpgradeSucceeded` beside the previous history).
 pub struct ReadyTimeline {
-    seen: Arc<Mutex<Vec<ReadyStep>>>,
-    task: tokio::task::JoinHandle<()>,
+    recorder: StatusRecorder<ReadyStep>,
 }
 
 impl ReadyTimeline {
-    /// Starts watching `name`.
-    pub fn watch(ctx: &TestContext, name: &str) -> Self {
+    /// Starts watching `name`; returns once the watch has its first list, whose version of
+    /// the app is the first step.
+    pub async fn watch(ctx: &TestContext, name: &str) -> anyhow::Result<Self> {
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let (seen, task) = record_statuses(ctx, config, |app| {
+        let recorder = StatusRecorder::start(ctx, config, |app| {
             let ready = condition(app, "Ready");
             let newest = app
                 .status
                 .as_ref()
                 .and_then(|s| s.history.iter().map(|r| r.revision).max());
             Some((ready.clone().map(|c| c.0), ready.map(|c| c.1), newest))
-        });
-        Self { seen, task }
+        })
+        .await?;
+        Ok(Self { recorder })
     }
 
-    /// Stops watching; fails on a stale or torn `Ready=True` (see the type) for a release no
-    /// newer than `before`. Returns the steps seen.
-    pub fn assert_no_stale_or_torn_ready(self, before: i64) -> Vec<ReadyStep> {
-        self.task.abort();
-        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    /// Stops watching and returns the steps seen; fails if the watch failed or saw nothing
+    /// (the app existed when the watch started, so its first list holds it).
+    pub fn stop(self) -> Vec<ReadyStep> {
+        let seen = self.recorder.stop();
+        assert!(!seen.is_empty(), "the timeline saw no status at all");
+        seen
+    }
+
+    /// Waits (a few seconds at most: the watch trails the read that told the test) until the
+    /// timeline shows `Ready=True` with `outcome` for a release newer than `before`, then stops
+    /// watching; fails if that step never came (the watch missed the change it was to see),
+    /// on a stale or torn `Ready=True` (see the type) for a release no newer than `before`, or
+    /// as [`Self::stop`]. Returns the steps seen.
+    pub async fn assert_no_stale_or_torn_ready(self, before: i64, outcome: &str) -> Vec<ReadyStep> {
+        let arrived = |steps: &Recorded<ReadyStep>| {
+            steps.items.iter().any(|(ready, reason, newest)| {
+                ready.as_deref() == Some("True")
+                    && reason.as_deref() == Some(outcome)
+                    && newest.is_some_and(|r| r > before)
+            })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !arrived(&self.recorder.recorded.lock().unwrap_or_else(PoisonError::into_inner))
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let seen = self.stop();
+        assert!(
+            seen.iter()
+                .any(|(ready, reason, newest)| ready.as_deref() == Some("True")
+                    && reason.as_deref() == Some(outcome)
+                    && newest.is_some_and(|r| r > before)),
+            "the timeline never showed Ready=True {outcome} for a release after {before}: {seen:?}"
+        );
         let first_reason = seen.first().and_then(|(_, reason, _)| reason.clone());
         let mut left_ready = false;
         let mut wrong = Vec::new();

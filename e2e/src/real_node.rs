@@ -71,7 +71,9 @@ pub fn restricted_container_security() -> Value {
 /// ends `Failed`; returns the pod.
 pub async fn wait_pod_phase(ctx: &TestContext, name: &str, phase: &str, timeout: Duration) -> anyhow::Result<Pod> {
     let pods: Api<Pod> = ctx.api();
-    eventually(ctx, &format!("pod {name} {phase}"), timeout, || {
+    // A Failed pod ends the wait as a value (`eventually` retries errors, which would wait
+    // out the timeout on a pod that can never reach `phase`).
+    let outcome = eventually(ctx, &format!("pod {name} {phase}"), timeout, || {
         let pods = pods.clone();
         async move {
             let Some(pod) = pods.get_opt(name).await? else {
@@ -79,15 +81,16 @@ pub async fn wait_pod_phase(ctx: &TestContext, name: &str, phase: &str, timeout:
             };
             let current = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
             if current == phase {
-                return Ok(Ok(pod));
+                return Ok(Ok(Ok(pod)));
             }
             if current == "Failed" && phase != "Failed" {
-                bail!("pod {name} Failed: {:?}", pod.status);
+                return Ok(Ok(Err(format!("pod {name} Failed: {:?}", pod.status))));
             }
             Ok(Err(format!("phase {current:?}")))
         }
     })
-    .await
+    .await?;
+    outcome.map_err(|failed| anyhow::anyhow!(failed))
 }
 
 /// The log of a pod's (only) container, through the API server and the kubelet.

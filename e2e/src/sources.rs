@@ -129,11 +129,34 @@ pub fn base64(input: &[u8]) -> String {
 /// controller, Flux's controllers, the sources' own logs), the namespace's Events, and every
 /// ApplicationInstance, HelmRelease, HelmRepository, OCIRepository and HelmChart of the
 /// namespace (whole objects, status included). Returns `(where, text)` pairs.
+///
+/// A log that cannot be read, or is empty, is an error, and so are logs of which none names
+/// the test namespace (they would not cover what the test did): a check of nothing passes.
+/// An app controller's log (`app-controller-*.log`) must be at debug level.
 pub async fn leak_surfaces(ctx: &TestContext, logs: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for path in logs {
-        out.push((path.display().to_string(), read_lossy(path)));
+        let text = read_lossy(path).with_context(|| format!("reading {} for the leak check", path.display()))?;
+        anyhow::ensure!(
+            !text.is_empty(),
+            "{} is empty: the leak check would check nothing",
+            path.display()
+        );
+        let app_controller = path
+            .file_name()
+            .is_some_and(|f| f.to_string_lossy().starts_with("app-controller-"));
+        anyhow::ensure!(
+            !app_controller || text.contains("DEBUG"),
+            "{} has no DEBUG line: the app controller must log at debug level for the check to mean something",
+            path.display()
+        );
+        out.push((path.display().to_string(), text));
     }
+    anyhow::ensure!(
+        logs.is_empty() || out.iter().any(|(_, text)| text.contains(&ctx.namespace)),
+        "none of the logs {logs:?} names {}: they do not cover this test",
+        ctx.namespace
+    );
     let events: Api<Event> = ctx.api();
     let events = events.list(&ListParams::default()).await?;
     out.push((
@@ -190,10 +213,8 @@ pub fn shared_logs() -> Vec<PathBuf> {
         .collect()
 }
 
-fn read_lossy(path: &Path) -> String {
-    std::fs::read(path)
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_default()
+fn read_lossy(path: &Path) -> std::io::Result<String> {
+    std::fs::read(path).map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
 //! The app controller end to end: ApplicationInstance → Flux HelmRelease → real
 //! Helm release on the local cluster, and Flux's status relayed back.
 
-use std::time::Duration;
-
 use api::{
     ApplicationDependency, ApplicationInstance, ReleaseActionSpec, Remediation, RemediationStrategy, ValuesReference,
     ValuesSourceKind,
@@ -93,7 +91,7 @@ mod sha256 {
 #[tokio::test]
 async fn install_reaches_ready_with_values_rendered_and_status_mirrored() -> anyhow::Result<()> {
     let ctx = TestContext::new("app-install").await?;
-    let claims = ReadyClaims::watch(&ctx);
+    let claims = ReadyClaims::watch(&ctx).await?;
     let _controller = start_controller(&ctx, &[]).await?;
     apply_app(
         &ctx,
@@ -250,7 +248,7 @@ async fn values_from_a_secret_follow_the_secret_and_never_leak() -> anyhow::Resu
 #[tokio::test]
 async fn upgrade_by_version_and_broken_upgrade_relays_flux_reasons() -> anyhow::Result<()> {
     let ctx = TestContext::new("app-upgrade").await?;
-    let claims = ReadyClaims::watch(&ctx);
+    let claims = ReadyClaims::watch(&ctx).await?;
     let _controller = start_controller(&ctx, &[]).await?;
 
     apply_app(&ctx, &app("shop", "demo-app", "0.1.0", serde_json::json!({}))).await?;
@@ -323,7 +321,19 @@ async fn suspend_holds_changes_until_resumed() -> anyhow::Result<()> {
     apply_app(&ctx, &blog).await?;
     let suspended = wait_ready(&ctx, "blog", "True", "Suspended").await?;
     assert!(condition(&suspended, "Ready").unwrap().2.contains("spec.suspend"));
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The engine object holds the change suspended: the HelmRelease carries the new values
+    // and `spec.suspend`, so helm-controller does not act on it, and its history is still
+    // the one install.
+    let hr = e2e::get_json(&flux::helm_releases(&ctx), "blog")
+        .await?
+        .expect("the HelmRelease");
+    assert_eq!(hr.pointer("/spec/suspend"), Some(&serde_json::json!(true)), "{hr}");
+    assert_eq!(hr.pointer("/spec/values/greeting"), Some(&serde_json::json!("v2")));
+    assert_eq!(
+        hr.pointer("/status/history").and_then(|h| h.as_array()).map(Vec::len),
+        Some(1),
+        "one release, the install"
+    );
     assert_eq!(
         config_value(&ctx, "blog-config", "greeting").await?.as_deref(),
         Some("v1"),
@@ -782,5 +792,98 @@ async fn the_finalizer_set_at_admission_spares_the_controller_a_write() -> anyho
     )
     .await?;
     admission.remove().await?;
+    Ok(())
+}
+
+/// The label several app controllers share a cluster by, in this test (ADR 0015).
+const SHARD_LABEL: &str = "vworkspace.io/shard";
+
+/// ADR 0015: two app controllers side by side, with different allow-lists, each acting only
+/// on the ApplicationInstances its `--watch-label-selector` selects. The main instance watches
+/// this namespace and selects apps without a shard label; the shard watches every namespace,
+/// is allowed only the other one, and selects shard `b`. Without the selectors the shard
+/// would refuse the main instance's app (`NamespaceNotAllowed`, over its `Ready=True`); with
+/// them, that app's whole timeline shows no refusal, the shard's app installs in its
+/// namespace, and an app labelled for the shard in this namespace gets the shard's refusal
+/// alone (the main instance says nothing of it, and nothing is materialised).
+#[tokio::test]
+async fn two_app_controllers_side_by_side_act_only_on_what_they_select() -> anyhow::Result<()> {
+    let ctx = TestContext::new("app-shards").await?;
+    let other = TestContext::new("app-shards-b").await?;
+    let main_selector = format!("!{SHARD_LABEL}");
+    let _main = start_controller(&ctx, &["--watch-label-selector", &main_selector]).await?;
+    let shard_selector = format!("{SHARD_LABEL}=b");
+    let shard_log = format!("app-controller-shard-{}", other.namespace);
+    let _shard = e2e::process::ControllerProcess::start(
+        ctx.process_scope(),
+        "app-controller",
+        &shard_log,
+        &[
+            "--allowed-namespaces",
+            &other.namespace,
+            "--watch-label-selector",
+            &shard_selector,
+            "--insecure-repository-hosts",
+            "127.0.0.1",
+            "--admin-addr",
+            "127.0.0.1:0",
+        ],
+        &[],
+    )
+    .await?;
+
+    apply_app(&ctx, &app("main", "demo-app", "0.1.0", serde_json::json!({}))).await?;
+    let timeline = e2e::apps::ReadyTimeline::watch(&ctx, "main").await?;
+    wait_deployed(&ctx, "main", "InstallSucceeded", "0.1.0").await?;
+
+    apply_app_for_shard(&other, "sharded", "b").await?;
+    wait_deployed(&other, "sharded", "InstallSucceeded", "0.1.0").await?;
+
+    apply_app_for_shard(&ctx, "stray", "b").await?;
+    let refused = wait_ready(&ctx, "stray", "False", "NamespaceNotAllowed").await?;
+    let message = condition(&refused, "Ready").map(|c| c.2).unwrap_or_default();
+    assert_eq!(
+        message,
+        format!(
+            "namespace {} is not allowed (allowed namespaces: {})",
+            ctx.namespace, other.namespace
+        )
+    );
+    assert!(
+        flux::helm_releases(&ctx).get_opt("stray").await?.is_none(),
+        "stray: nothing materialised"
+    );
+
+    let main = wait_deployed(&ctx, "main", "InstallSucceeded", "0.1.0").await?;
+    let steps = timeline.stop();
+    let refusals: Vec<_> = steps
+        .iter()
+        .filter(|(_, reason, _)| reason.as_deref() == Some("NamespaceNotAllowed"))
+        .collect();
+    assert!(
+        refusals.is_empty(),
+        "the shard refused the main instance's app: {refusals:?} in {steps:?}"
+    );
+    assert_eq!(
+        condition(&main, "Ready").map(|c| (c.0, c.1)),
+        Some(("True".to_owned(), "InstallSucceeded".to_owned()))
+    );
+    Ok(())
+}
+
+/// Applies the demo app `name` labelled for shard `shard`.
+async fn apply_app_for_shard(ctx: &TestContext, name: &str, shard: &str) -> anyhow::Result<()> {
+    let body = serde_json::json!({
+        "apiVersion": "vworkspace.io/v1alpha1", "kind": "ApplicationInstance",
+        "metadata": {"name": name, "labels": {SHARD_LABEL: shard}},
+        "spec": app(name, "demo-app", "0.1.0", serde_json::json!({})).spec,
+    });
+    ctx.api::<ApplicationInstance>()
+        .patch(
+            name,
+            &kube::api::PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &kube::api::Patch::Apply(&body),
+        )
+        .await?;
     Ok(())
 }

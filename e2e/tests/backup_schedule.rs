@@ -51,6 +51,31 @@ fn schedule_summary(app: &ApplicationInstance) -> String {
 
 /// The Velero Backups of this test's application (by the labels the backup engine sets),
 /// as `name -> phase`.
+/// The default BackupStorageLocation's `status.lastSyncedTime` (Velero's backup sync
+/// controller sets it after each sync from the bucket), as RFC 3339 text; `None` before the
+/// first sync.
+async fn last_synced() -> anyhow::Result<Option<jiff::Timestamp>> {
+    let out = kubectl(
+        &[
+            "-n",
+            VELERO_NAMESPACE,
+            "get",
+            "backupstoragelocations.velero.io",
+            "default",
+            "-o",
+            "json",
+        ],
+        None,
+    )
+    .await?;
+    let location: Value = serde_json::from_str(&out)?;
+    location
+        .pointer("/status/lastSyncedTime")
+        .and_then(Value::as_str)
+        .map(|t| t.parse::<jiff::Timestamp>().context("lastSyncedTime"))
+        .transpose()
+}
+
 async fn velero_backups(ctx: &TestContext) -> anyhow::Result<BTreeMap<String, String>> {
     let selector = format!(
         "vworkspace.io/application={APP},vworkspace.io/operation-namespace={}",
@@ -243,7 +268,26 @@ async fn a_schedule_every_minute_keeps_the_last_two_backups_and_deletes_older_on
         .cloned()
         .collect();
     assert!(!deleted.is_empty(), "retention deleted at least one backup: {seen:?}");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Two of Velero's syncs from the bucket finish after the deletions (the location's
+    // lastSyncedTime moves on twice), so a sync that started after them, and could have
+    // brought a backup back, has run (`hack/cluster.sh` runs Velero with `--backup-sync-period=10s`).
+    for sync in 1..=2 {
+        let after = last_synced().await?;
+        eventually(
+            &ctx,
+            &format!("Velero's sync #{sync} from the bucket after the deletions"),
+            Duration::from_secs(60),
+            || async {
+                let now = last_synced().await?;
+                Ok(if now > after {
+                    Ok(())
+                } else {
+                    Err(format!("lastSyncedTime {now:?}"))
+                })
+            },
+        )
+        .await?;
+    }
     let backups = velero_backups(&ctx).await?;
     for backup in &deleted {
         assert!(!backups.contains_key(backup), "{backup} came back: {backups:?}");

@@ -291,7 +291,7 @@ async fn oci_wrong_password_surfaces_the_sources_reason_and_leaks_nothing() -> a
     let (reason, message) = wait_source_failure(&ctx, "oci-wrong", &oci, &oci_wrong).await?;
     assert!(message.starts_with("OCIRepository "), "{message}");
     let oci_plain = flux::managed_source_name(&ctx, "oci-plain").await?;
-    let (plain_reason, _) = wait_source_failure(&ctx, "oci-plain", &oci, &oci_plain).await?;
+    let (plain_reason, plain_message) = wait_source_failure(&ctx, "oci-plain", &oci, &oci_plain).await?;
     // A type: oci HelmRepository is static in Flux: the failure is on the HelmChart that
     // helm-controller generates (named in the HelmRelease's status.helmChart as ns/name).
     let chart_name = eventually(
@@ -316,6 +316,19 @@ async fn oci_wrong_password_surfaces_the_sources_reason_and_leaks_nothing() -> a
     let (chart_reason, chart_message) =
         wait_source_failure(&ctx, "helmrepo-wrong", &sources::helm_charts(&ctx), &chart_name).await?;
     assert!(chart_message.starts_with("HelmChart "), "{chart_message}");
+    // Each failure is the registry's refusal of the login, not any other source failure (a
+    // wrong URL or CA would fail too, and prove nothing about credentials).
+    for (what, text) in [
+        ("oci-wrong", &message),
+        ("oci-plain", &plain_message),
+        ("helmrepo-wrong", &chart_message),
+    ] {
+        let lower = text.to_ascii_lowercase();
+        assert!(
+            lower.contains("401") || lower.contains("unauthorized"),
+            "{what}: not the registry's refusal of the login: {text}"
+        );
+    }
     eprintln!(
         "OCIRepository wrong password: {reason}; username/password Secret: {plain_reason}; HelmChart: {chart_reason}"
     );

@@ -267,7 +267,7 @@ async fn values_from_a_config_map_follow_the_config_map() -> anyhow::Result<()> 
     // (helm-controller marks Reconciling before it touches Ready), nor the torn end of it
     // (conditions written before the history and lastHandledReconcileAt).
     let installed = newest_revision(&ready).expect("the installed release in the history");
-    let timeline = ReadyTimeline::watch(&ctx, "wiki");
+    let timeline = ReadyTimeline::watch(&ctx, "wiki").await?;
     ctx.apply(&settings("changed in the configmap", "3")?).await?;
     wait_config(&ctx, "wiki-config", "greeting", "changed in the configmap").await?;
     let after = wait_ready(&ctx, "wiki", "True", "UpgradeSucceeded").await?;
@@ -281,7 +281,9 @@ async fn values_from_a_config_map_follow_the_config_map() -> anyhow::Result<()> 
         upgraded > Some(installed),
         "a new release: {upgraded:?} after {installed}"
     );
-    let steps = timeline.assert_no_stale_or_torn_ready(installed);
+    let steps = timeline
+        .assert_no_stale_or_torn_ready(installed, "UpgradeSucceeded")
+        .await;
     eprintln!("wiki's Ready, reason and newest revision from the ConfigMap change on: {steps:?}");
     let cm = ctx.api::<ConfigMap>().get("wiki-settings").await?;
     assert!(

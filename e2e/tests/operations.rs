@@ -407,6 +407,20 @@ async fn snapshot_creates_volume_snapshots_and_maps_ready_to_use() -> anyhow::Re
     );
     let snapshots: kube::Api<DynamicObject> = kube::Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource);
     let children = running.status.unwrap().children;
+    // One snapshot of each claim of the app, each of its own claim: two of one claim (or of
+    // another app's) would be a wrong backup.
+    let mut sources = Vec::new();
+    for child in children.iter().filter(|c| c.kind == "VolumeSnapshot") {
+        let snapshot = snapshots.get(&child.name).await?;
+        sources.push(
+            snapshot.data["spec"]["source"]["persistentVolumeClaimName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    sources.sort();
+    assert_eq!(sources, ["data", "logs"], "one VolumeSnapshot of each claim");
     for (i, child) in children.iter().filter(|c| c.kind == "VolumeSnapshot").enumerate() {
         let snapshot = snapshots.get(&child.name).await?;
         assert_eq!(snapshot.data["spec"]["volumeSnapshotClassName"], "csi-test");
