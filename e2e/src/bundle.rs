@@ -300,21 +300,16 @@ impl InstalledBundle {
         Ok(())
     }
 
-    /// Uninstalls as docs/install/README.md#uninstalling says: the Deployments first, until
-    /// their pods are gone, then every other installed object; then waits until none exists
-    /// (namespaces included); on timeout the error names what is left.
+    /// Uninstalls as docs/install/README.md#uninstalling says ([`uninstall`]), then waits until
+    /// none of the installed objects exists (namespaces included); on timeout the error names
+    /// what is left. Every step runs whatever an earlier one returned; the first error is the
+    /// one returned.
     pub async fn remove(mut self, ctx: &TestContext, timeout: Duration) -> anyhow::Result<()> {
         self.removed = true;
+        let uninstalled = uninstall(&self.file, &self.tenant_namespace).await;
         let docs = crate::yaml_documents(&std::fs::read_to_string(&self.file)?)?;
-        // The controllers first, while they still have their rights: deleted together with
-        // their RBAC, helm-controller took minutes to stop (its requests refused), and the
-        // namespace waited for it. Foreground deletion: done when their pods are gone.
-        let controllers = self.write_controllers_file()?;
-        kubectl(&[&DELETE_CONTROLLERS[..], &[controllers.as_str()]].concat(), None).await?;
-        let file = self.file.to_string_lossy().into_owned();
-        kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", &file], None).await?;
         let docs: Vec<&Value> = docs.iter().collect();
-        eventually(ctx, "every object of the bundle deleted", timeout, || {
+        let gone = eventually(ctx, "every object of the bundle deleted", timeout, || {
             let docs = &docs;
             async move {
                 let left = still_present(docs).await?;
@@ -325,12 +320,16 @@ impl InstalledBundle {
                 })
             }
         })
-        .await
+        .await;
+        uninstalled?;
+        gone
     }
 }
 
 /// `kubectl` arguments that delete the Deployments of a file (its path appended) and wait
-/// until their pods are gone.
+/// until their pods are gone. Bounded below the bundled helm-controller's 600 s termination
+/// grace (Flux's manifest: it lets an in-flight Helm action finish): past it, the pods are
+/// deleted without grace ([`uninstall`]).
 const DELETE_CONTROLLERS: [&str; 6] = [
     "delete",
     "--ignore-not-found",
@@ -340,16 +339,95 @@ const DELETE_CONTROLLERS: [&str; 6] = [
     "-f",
 ];
 
-impl InstalledBundle {
-    /// Writes the installed Deployments alone to `installed-deployments.yaml` beside the
-    /// installed file, and returns its path (uninstalling removes them first).
-    fn write_controllers_file(&self) -> anyhow::Result<String> {
-        let docs = crate::yaml_documents(&std::fs::read_to_string(&self.file)?)?;
-        let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
-        let controllers = self.file.with_file_name("installed-deployments.yaml");
-        std::fs::write(&controllers, deploy::to_yaml(&deployments)?)?;
-        Ok(controllers.to_string_lossy().into_owned())
+/// Removes an installed bundle (`file`, the applied objects) in the order an administrator
+/// would: the ApplicationInstances of `tenant_namespace` while the app controller still runs
+/// to remove its finalizer; the Deployments, until their pods are gone (deleted together
+/// with their RBAC, helm-controller took minutes to stop, its requests refused, and the
+/// namespace waited for it), without grace when they do not stop in time; every other
+/// object; whatever of ours or Flux's still runs in the cluster
+/// ([`reap_in_cluster_components`]); and last the finalizers of the tenant's
+/// ApplicationInstances whose deletion did not finish (their controller is gone). No step is skipped because an earlier one failed (a
+/// half-removed bundle is what broke the next suites once); the first error is returned.
+pub async fn uninstall(file: &Path, tenant_namespace: &str) -> anyhow::Result<()> {
+    let mut first_error: Option<anyhow::Error> = None;
+    let mut note = |step: anyhow::Result<()>| {
+        if let Err(e) = step {
+            eprintln!("removing the bundle: {e:#}");
+            first_error.get_or_insert(e);
+        }
+    };
+    note(
+        kubectl(
+            &[
+                "delete",
+                "applicationinstances.vworkspace.io",
+                "--all",
+                "-n",
+                tenant_namespace,
+                "--wait=true",
+                "--timeout=90s",
+            ],
+            None,
+        )
+        .await
+        .map(drop),
+    );
+    let controllers = write_controllers_file(file);
+    match &controllers {
+        Ok(controllers) => {
+            let stopped = kubectl(&[&DELETE_CONTROLLERS[..], &[controllers.as_str()]].concat(), None).await;
+            if let Err(e) = stopped {
+                note(Err(e.context(
+                    "the bundle's Deployments did not stop in time; deleting their pods",
+                )));
+                note(delete_component_pods().await);
+            }
+        }
+        Err(e) => note(Err(anyhow::anyhow!("listing the bundle's Deployments failed: {e:#}"))),
     }
+    let file = file.to_string_lossy().into_owned();
+    note(
+        kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", &file], None)
+            .await
+            .map(drop),
+    );
+    note(reap_in_cluster_components().await.map(drop));
+    // An ApplicationInstance whose deletion did not finish keeps the app controller's
+    // finalizer, and that controller is gone now: without this, the tenant namespace would
+    // stay Terminating for good.
+    note(drop_app_finalizers(tenant_namespace).await);
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Removes the finalizers of the ApplicationInstances left in `namespace`.
+async fn drop_app_finalizers(namespace: &str) -> anyhow::Result<()> {
+    let names = kubectl(
+        &[
+            "get",
+            "applicationinstances.vworkspace.io",
+            "-n",
+            namespace,
+            "-o",
+            "name",
+        ],
+        None,
+    )
+    .await?;
+    for app in names.lines().filter(|n| !n.is_empty()) {
+        let patch = r#"{"metadata":{"finalizers":null}}"#;
+        kubectl(&["patch", app, "-n", namespace, "--type=merge", "-p", patch], None).await?;
+    }
+    Ok(())
+}
+
+/// Writes the Deployments of the installed `file` alone to `installed-deployments.yaml`
+/// beside it, and returns its path (uninstalling removes them first).
+fn write_controllers_file(file: &Path) -> anyhow::Result<String> {
+    let docs = crate::yaml_documents(&std::fs::read_to_string(file)?)?;
+    let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+    let controllers = file.with_file_name("installed-deployments.yaml");
+    std::fs::write(&controllers, deploy::to_yaml(&deployments)?)?;
+    Ok(controllers.to_string_lossy().into_owned())
 }
 
 impl Drop for InstalledBundle {
@@ -365,48 +443,192 @@ impl Drop for InstalledBundle {
             );
             return;
         }
-        let kubeconfig = cluster_dir().join("admin.kubeconfig");
-        let run = |args: &[&str]| {
-            let out = std::process::Command::new(deploy::kubectl_path())
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args(args)
-                .stdin(std::process::Stdio::null())
-                .output();
-            match out {
-                Ok(o) if o.status.success() => {}
-                Ok(o) => eprintln!(
-                    "kubectl {} failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&o.stderr)
-                ),
-                Err(e) => eprintln!("kubectl {}: {e}", args.join(" ")),
-            }
-        };
-        run(&[
-            "delete",
-            "applicationinstances.vworkspace.io",
-            "--all",
-            "-n",
-            &self.tenant_namespace,
-            "--wait=true",
-            "--timeout=90s",
-        ]);
-        // The controllers first, while they still have their rights (see `remove`).
-        match self.write_controllers_file() {
-            Ok(controllers) => run(&[&DELETE_CONTROLLERS[..], &[controllers.as_str()]].concat()),
-            Err(e) => eprintln!("listing the bundle's Deployments failed: {e:#}"),
+        let (file, tenant_namespace) = (self.file.clone(), self.tenant_namespace.clone());
+        if let Err(e) = block_on_own_thread(async move { uninstall(&file, &tenant_namespace).await }) {
+            eprintln!("removing the bundle on drop: {e:#}");
         }
-        let file = self.file.to_string_lossy().into_owned();
-        run(&[
-            "delete",
-            "--ignore-not-found",
-            "--wait=true",
-            "--timeout=300s",
-            "-f",
-            &file,
-        ]);
     }
+}
+
+/// Runs `work` to completion on a runtime of its own, on a thread of its own: a `Drop` runs
+/// inside the test's runtime, which cannot be blocked on from within.
+pub fn block_on_own_thread<F>(work: F) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(work)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the cleanup thread panicked"))?
+}
+
+/// The label values (`app.kubernetes.io/part-of`) of what a bundle or the chart runs.
+const COMPONENT_PART_OF: [&str; 2] = ["vworkspace-operator", "flux"];
+/// The chart whose HelmReleases install the operator into the cluster.
+const OPERATOR_CHART: &str = "vworkspace-operator";
+
+/// What of ours or Flux's runs *in* the cluster, as `kind/namespace/name`: HelmReleases of
+/// the operator's chart, and Deployments in `vworkspace-system` or `flux-system` or labelled
+/// part of the operator or of Flux. Outside the bundle tests there is none: the suites run
+/// our controllers and Flux as local processes (`hack/cluster.sh`), so anything listed here
+/// was left by a bundle test and would act on every later suite's objects (a cluster-wide
+/// app controller allowed one other namespace refuses them all).
+pub async fn in_cluster_components() -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    let releases: Value = serde_json::from_str(
+        &kubectl(
+            &["get", "helmreleases.helm.toolkit.fluxcd.io", "-A", "-o", "json"],
+            None,
+        )
+        .await?,
+    )?;
+    for hr in items(&releases) {
+        if hr.pointer("/spec/chart/spec/chart").and_then(Value::as_str) == Some(OPERATOR_CHART) {
+            found.push(format!("helmrelease/{}/{}", namespace(hr), name(hr)));
+        }
+    }
+    let deployments: Value = serde_json::from_str(&kubectl(&["get", "deployments", "-A", "-o", "json"], None).await?)?;
+    for dep in items(&deployments) {
+        let part_of = dep
+            .pointer("/metadata/labels/app.kubernetes.io~1part-of")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if [deploy::SYSTEM_NAMESPACE, FLUX_NAMESPACE].contains(&namespace(dep)) || COMPONENT_PART_OF.contains(&part_of)
+        {
+            found.push(format!("deployment/{}/{}", namespace(dep), name(dep)));
+        }
+    }
+    Ok(found)
+}
+
+fn items(list: &Value) -> impl Iterator<Item = &Value> {
+    list["items"].as_array().into_iter().flatten()
+}
+
+/// How long reaping may take before it reports what is still there.
+const REAP_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Removes whatever [`in_cluster_components`] lists: the operator's HelmReleases first (their
+/// finalizer dropped when the uninstall does not finish in time, as nothing else would
+/// reinstall it), then the Deployments, then their pods without grace; waits until none is
+/// left, and returns what it found.
+pub async fn reap_in_cluster_components() -> anyhow::Result<Vec<String>> {
+    let found = in_cluster_components().await?;
+    if found.is_empty() {
+        return Ok(found);
+    }
+    let ids: Vec<(&str, &str, &str)> = found
+        .iter()
+        .filter_map(|id| {
+            let mut parts = id.splitn(3, '/');
+            Some((parts.next()?, parts.next()?, parts.next()?))
+        })
+        .collect();
+    for (kind_, ns, name_) in &ids {
+        let resource = if *kind_ == "helmrelease" {
+            "helmreleases.helm.toolkit.fluxcd.io"
+        } else {
+            "deployments"
+        };
+        kubectl(
+            &[
+                "delete",
+                resource,
+                name_,
+                "-n",
+                ns,
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+            None,
+        )
+        .await?;
+    }
+    let deadline = tokio::time::Instant::now() + REAP_TIMEOUT;
+    loop {
+        let releases_left = in_cluster_components()
+            .await?
+            .into_iter()
+            .filter(|id| id.starts_with("helmrelease/"))
+            .count();
+        if releases_left == 0 {
+            break;
+        }
+        if tokio::time::Instant::now() + REAP_TIMEOUT / 2 >= deadline {
+            for (_, ns, name_) in ids.iter().filter(|(k, _, _)| *k == "helmrelease") {
+                let patch = r#"{"metadata":{"finalizers":null}}"#;
+                let args = [
+                    "patch",
+                    "helmreleases.helm.toolkit.fluxcd.io",
+                    name_,
+                    "-n",
+                    ns,
+                    "--type=merge",
+                    "-p",
+                    patch,
+                ];
+                if let Err(e) = kubectl(&args, None).await {
+                    eprintln!("dropping the finalizer of HelmRelease {ns}/{name_}: {e:#}");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+    }
+    delete_component_pods().await?;
+    loop {
+        let left = in_cluster_components().await?;
+        let pods = component_pods().await?;
+        if left.is_empty() && pods.is_empty() {
+            return Ok(found);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("after {REAP_TIMEOUT:?} still in the cluster: {left:?}, pods {pods:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The label selector of what a bundle or the chart runs.
+fn component_selector() -> String {
+    format!("app.kubernetes.io/part-of in ({})", COMPONENT_PART_OF.join(","))
+}
+
+/// Pods of ours or Flux's in the cluster (by label, or in `vworkspace-system`/`flux-system`),
+/// as `namespace/name`.
+async fn component_pods() -> anyhow::Result<Vec<String>> {
+    let pods: Value = serde_json::from_str(&kubectl(&["get", "pods", "-A", "-o", "json"], None).await?)?;
+    Ok(items(&pods)
+        .filter(|pod| {
+            let part_of = pod
+                .pointer("/metadata/labels/app.kubernetes.io~1part-of")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            [deploy::SYSTEM_NAMESPACE, FLUX_NAMESPACE].contains(&namespace(pod)) || COMPONENT_PART_OF.contains(&part_of)
+        })
+        .map(|pod| format!("{}/{}", namespace(pod), name(pod)))
+        .collect())
+}
+
+/// Deletes the pods [`component_pods`] lists without grace (the kubelet still stops them).
+async fn delete_component_pods() -> anyhow::Result<()> {
+    let force = ["--ignore-not-found", "--wait=false", "--grace-period=0", "--force"];
+    for ns in [deploy::SYSTEM_NAMESPACE, FLUX_NAMESPACE] {
+        kubectl(&[&["delete", "pods", "--all", "-n", ns][..], &force[..]].concat(), None).await?;
+    }
+    let selector = component_selector();
+    kubectl(
+        &[&["delete", "pods", "-A", "-l", selector.as_str()][..], &force[..]].concat(),
+        None,
+    )
+    .await?;
+    Ok(())
 }
 
 /// Waits until namespace `name` is absent or not Terminating (a previous run's deletion).

@@ -5,8 +5,6 @@
 //! What Argo CD reports is relayed with its own words: where a test compares a message, it
 //! compares ours with the Application's.
 
-use std::time::Duration;
-
 use api::{ApplicationInstance, EngineKind, ValuesReference, ValuesSourceKind};
 use e2e::{
     TestContext,
@@ -172,7 +170,16 @@ async fn suspend_holds_the_release_and_resume_applies_what_changed() -> anyhow::
         live.pointer("/spec/syncPolicy/automated").is_none(),
         "suspended: automated sync off"
     );
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Argo CD has compared the new values with the cluster and holds them: OutOfSync, with
+    // automated sync off (no waiting out a sync that might come).
+    eventually(&ctx, "Argo CD reports blog OutOfSync", RELEASE_TIMEOUT, || async {
+        let live = application(&ctx, "blog").await?.unwrap_or_default();
+        Ok(match text(&live, "/status/sync/status") {
+            "OutOfSync" => Ok(()),
+            other => Err(format!("sync status {other:?}")),
+        })
+    })
+    .await?;
     assert_eq!(
         config_value(&ctx, "blog-config", "greeting").await?.as_deref(),
         Some("one"),
@@ -283,6 +290,43 @@ async fn a_chart_that_escalates_is_stopped_by_the_project_and_impersonation() ->
         bindings.get_opt(&binding).await?.is_none(),
         "no cluster-admin binding: {:?}",
         condition(&refused, "Ready")
+    );
+    // The failure is the refusal of that binding, not any other (a chart that cannot be
+    // fetched fails too): Argo CD's sync result refuses the ClusterRoleBinding (the AppProject
+    // permits no cluster-scoped kind), and our Ready relays that refusal in Argo CD's words
+    // (as `SyncFailed` from the operation, or as Argo CD's `SyncError` condition).
+    let refusal = eventually(
+        &ctx,
+        "Argo CD refuses the ClusterRoleBinding, and Ready relays its words",
+        RELEASE_TIMEOUT,
+        || async {
+            let ours = ctx.api::<ApplicationInstance>().get("escape").await?;
+            let ready = condition(&ours, "Ready");
+            let theirs = application(&ctx, "escape").await?.unwrap_or_default();
+            let refused_binding = theirs
+                .pointer("/status/operationState/syncResult/resources")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|r| text(r, "/kind") == "ClusterRoleBinding" && text(r, "/status") != "Synced")
+                .map(|r| text(r, "/message").to_owned());
+            Ok(match (ready, refused_binding) {
+                (Some((status, reason, message)), Some(why))
+                    if status == "False"
+                        && ["SyncFailed", "SyncError"].contains(&reason.as_str())
+                        && !why.is_empty()
+                        && message.contains(&why) =>
+                {
+                    Ok(why)
+                }
+                other => Err(format!("(Ready, refused ClusterRoleBinding): {other:?}")),
+            })
+        },
+    )
+    .await?;
+    assert!(
+        refusal.contains("ClusterRoleBinding is not permitted in project"),
+        "the AppProject's refusal: {refusal}"
     );
     Ok(())
 }

@@ -154,6 +154,7 @@ async fn full_overlay_runs_on_the_real_node_end_to_end_and_leaves_nothing_behind
     )
     .await?;
 
+    reap_earlier_tests().await?;
     for system_ns in [SYSTEM_NAMESPACE, FLUX_NAMESPACE] {
         bundle::wait_namespace_usable(&client, system_ns, REMOVAL_TIMEOUT).await?;
     }
@@ -611,6 +612,9 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
         }
     })
     .await;
+    // The guard of every exit path: whatever of the chart still runs (an uninstall that did
+    // not finish, a failed install) is removed here, so no later suite meets its app controller.
+    let reaped = bundle::reap_in_cluster_components().await;
     let left =
         bundle::cluster_objects_part_of("clusterroles.rbac.authorization.k8s.io", &["vworkspace-operator"]).await;
     let left_bindings = bundle::cluster_objects_part_of(
@@ -626,6 +630,8 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
     restore_release_role().await?;
     result?;
     gone?;
+    let reaped = reaped?;
+    assert!(reaped.is_empty(), "still running after the uninstall: {reaped:?}");
     let (left, left_bindings) = (left?, left_bindings?);
     assert!(
         left.is_empty() && left_bindings.is_empty(),
@@ -743,7 +749,10 @@ async fn demo_app_through(
         let (applications, application) = (e2e::argocd::applications(ctx), e2e::argocd::object_name(ctx, "demo"));
         async move {
             let app = apps.get_opt("demo").await?.is_some();
-            let hr = hrs.get_opt("demo").await?.is_some() || applications.get_opt(&application).await?.is_some();
+            // Argo CD's Applications only where Argo CD runs: its CRDs are installed by
+            // `hack/cluster.sh start-argocd`, which a Flux-only test must not depend on.
+            let hr = hrs.get_opt("demo").await?.is_some()
+                || (engine == Engine::ArgoCd && applications.get_opt(&application).await?.is_some());
             Ok(if app || hr {
                 Err(format!(
                     "ApplicationInstance present: {app}, HelmRelease or Application present: {hr}"
@@ -788,8 +797,11 @@ async fn service_get(ctx: &TestContext, name_: &str) -> anyhow::Result<String> {
 
 /// Removes what other test binaries leave of the bundle: they apply its RBAC (the `no-flux`
 /// overlay's) for the controllers they run out of cluster, once per process, and leave it
-/// (they apply it again when they run). Waits until `vworkspace-system` is gone.
+/// (they apply it again when they run). Waits until `vworkspace-system` is gone. A component
+/// an earlier test of this file left running is removed first, so this test starts clean
+/// whatever the earlier one did (that test fails on it itself).
 async fn remove_bundle_leftovers(client: &kube::Client) -> anyhow::Result<()> {
+    reap_earlier_tests().await?;
     let leftovers = deploy::render_docs("no-flux").await?;
     let leftovers: Vec<&Value> = leftovers
         .iter()
@@ -801,6 +813,16 @@ async fn remove_bundle_leftovers(client: &kube::Client) -> anyhow::Result<()> {
     )
     .await?;
     bundle::wait_namespace_usable(client, SYSTEM_NAMESPACE, REMOVAL_TIMEOUT).await
+}
+
+/// Removes a component an earlier test of this file left running, so this test starts clean
+/// whatever the earlier one did (that test fails on it itself).
+async fn reap_earlier_tests() -> anyhow::Result<()> {
+    let foreign = bundle::reap_in_cluster_components().await?;
+    if !foreign.is_empty() {
+        eprintln!("an earlier test left these running; removed: {foreign:?}");
+    }
+    Ok(())
 }
 
 /// Applies the release ClusterRole again as `hack/cluster.sh up` does: the cluster's Flux
