@@ -17,6 +17,7 @@ use controller_kit::Redacted;
 use protocol::{
     ProtocolVersion,
     error::{ErrorClass, OdooError, classify},
+    odoo_compat::AnswerError,
 };
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 use serde::Serialize;
@@ -97,7 +98,7 @@ pub enum CallError {
         detail: String,
     },
     /// A non-2xx answer.
-    #[error("{method} failed with HTTP {status} ({}): {}{}", class.reason(), name.as_deref().map(|n| format!("{n}: ")).unwrap_or_default(), message)]
+    #[error("{method} failed with HTTP {status} ({}): {}{}{}", class.reason(), name.as_deref().map(|n| format!("{n}: ")).unwrap_or_default(), message, hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
     Remote {
         /// The method called.
         method: String,
@@ -109,6 +110,9 @@ pub enum CallError {
         name: Option<String>,
         /// Odoo's message, or the start of a non-JSON body.
         message: String,
+        /// What the class means here and what to change, when the status and message do
+        /// not say it ([`hint`]).
+        hint: Option<String>,
     },
     /// The answer is larger than allowed.
     #[error(
@@ -125,8 +129,26 @@ pub enum CallError {
     Malformed {
         /// The method called.
         method: String,
-        /// What is wrong (never the body itself).
+        /// What is wrong: the JSON path, what came (bounded) and what is expected
+        /// ([`protocol::odoo_compat::AnswerError`]); never the whole body.
         detail: String,
+    },
+    /// `agent_sync` was refused with `413` though it carried at most one acknowledgement and
+    /// one report: it cannot be split further, so the limit in front of Odoo must be raised.
+    #[error(
+        "{method} carrying {acks} acknowledgement(s) and {reports} report(s) ({bytes} bytes) was refused with HTTP 413: \
+         that is the smallest call the agent can make, so Odoo or a proxy in front of it (nginx's client_max_body_size \
+         is 1 MiB by default) must accept request bodies of at least {bytes} bytes"
+    )]
+    RequestTooLarge {
+        /// The method called.
+        method: String,
+        /// Acknowledgements in the refused call.
+        acks: usize,
+        /// Reports in the refused call.
+        reports: usize,
+        /// Its body size.
+        bytes: usize,
     },
     /// The control plane speaks another MAJOR protocol version.
     #[error("the control plane speaks protocol {theirs}, this agent {ours}: incompatible")]
@@ -154,6 +176,7 @@ impl CallError {
             Self::Remote { class, .. } => class.reason(),
             Self::TooLarge { .. } => "ResponseTooLarge",
             Self::Malformed { .. } => "MalformedResponse",
+            Self::RequestTooLarge { .. } => ErrorClass::RequestTooLarge.reason(),
             Self::Incompatible { .. } => "IncompatibleProtocol",
             Self::Credentials(_) => "CredentialsUnavailable",
             Self::Ledger(e) => e.reason(),
@@ -165,7 +188,9 @@ impl CallError {
     pub fn needs_attention(&self) -> bool {
         match self {
             Self::Remote { class, .. } => !class.is_transient(),
-            Self::Incompatible { .. } | Self::Credentials(_) | Self::TooLarge { .. } => true,
+            Self::Incompatible { .. } | Self::Credentials(_) | Self::TooLarge { .. } | Self::RequestTooLarge { .. } => {
+                true
+            }
             Self::Ledger(e) => matches!(e, crate::ledger_store::StoreError::Unreadable { .. }),
             _ => false,
         }
@@ -177,6 +202,67 @@ impl CallError {
             Self::Remote { class, .. } => Some(*class),
             _ => None,
         }
+    }
+}
+
+/// Reads a 2xx answer of `method` as `T` ([`protocol::odoo_compat::decode`]): Odoo's own
+/// forms are accepted, and what still does not read is a [`CallError::Malformed`] naming
+/// the member's JSON path, what came and what is expected.
+pub fn decode<T: serde::de::DeserializeOwned>(method: &str, answer: &Value) -> Result<T, CallError> {
+    protocol::odoo_compat::decode(answer).map_err(|e| CallError::Malformed {
+        method: method.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// What a class of failure means for this call and what to change, where Odoo's status
+/// and message do not say it. `database` is the `X-Odoo-Database` the agent sends.
+pub fn hint(
+    class: ErrorClass,
+    method: &str,
+    message: &str,
+    database: Option<&str>,
+    request_bytes: usize,
+) -> Option<String> {
+    match class {
+        ErrorClass::ConcurrentUpdate => Some(
+            "Odoo raises this ValidationError when a concurrent call inserted the same unique key (an \
+             acknowledgement or a report) first, and does not retry it; the call was rolled back and the agent \
+             repeats it after a backoff"
+                .to_owned(),
+        ),
+        ErrorClass::UnexpectedParameter => {
+            let parameter = protocol::error::unexpected_parameter(message).unwrap_or("?");
+            Some(format!(
+                "the module's {}.{method} does not take the parameter `{parameter}`: declare `**kwargs` in its \
+                 signature (docs/connectivity/protocol.md, module checklist); the agent sends each optional parameter \
+                 when it has a value",
+                protocol::MODEL
+            ))
+        }
+        ErrorClass::UnsupportedMediaType => Some(
+            "Odoo serves JSON-2 only with the request header `Content-Type: application/json`; the agent sends \
+             `Content-Type: application/json; charset=utf-8`, so a proxy between them drops or rewrites it"
+                .to_owned(),
+        ),
+        ErrorClass::DatabaseNotSelected => Some(match database {
+            Some(db) => format!(
+                "a 404 without Odoo's JSON error object (an HTML page) means Odoo selected no database for the \
+                 call: the agent sends `X-Odoo-Database: {db}` \
+                 (--database, VWS_ODOO_DATABASE); check that this database exists and that Odoo's --db-filter \
+                 matches it"
+            ),
+            None => "a 404 without Odoo's JSON error object (an HTML page) means Odoo selected no database for the \
+                     call: with several databases, set the \
+                     agent's --database (VWS_ODOO_DATABASE, sent as X-Odoo-Database) to the one holding the \
+                     vWorkspace module, and make Odoo's --db-filter match it"
+                .to_owned(),
+        }),
+        ErrorClass::RequestTooLarge => Some(format!(
+            "the request body was {request_bytes} bytes, more than Odoo or a proxy in front of it accepts (nginx's \
+             client_max_body_size is 1 MiB by default)"
+        )),
+        _ => None,
     }
 }
 
@@ -316,6 +402,7 @@ impl ControlPlaneClient {
             headers.insert("X-Odoo-Database", db.clone());
         }
 
+        let request_bytes = body.len();
         let sent = self.http.post(&url).headers(headers).body(body).send().await;
         let mut response = sent.map_err(|e| self.transport_error(e))?;
         let status = response.status().as_u16();
@@ -352,10 +439,13 @@ impl ControlPlaneClient {
                     }
                 }
             };
+            let class = classify(status, odoo.as_ref());
+            let database = self.database.as_ref().and_then(|d| d.to_str().ok());
             return Err(CallError::Remote {
                 method: method.to_owned(),
                 status,
-                class: classify(status, odoo.as_ref()),
+                class,
+                hint: hint(class, method, &message, database, request_bytes),
                 name: odoo.map(|e| e.name),
                 message,
             });
@@ -370,17 +460,27 @@ impl ControlPlaneClient {
                 bytes.len()
             ),
         })?;
-        let theirs = value
+        // The version is read before the rest of the answer, so that another MAJOR is
+        // reported as such rather than as whatever else its answer breaks.
+        let malformed = |expected: &str| {
+            let path = if value.is_object() {
+                vec!["protocol_version".into()]
+            } else {
+                Vec::new()
+            };
+            let expected = if value.is_object() { expected } else { "a JSON object" };
+            CallError::Malformed {
+                method: method.to_owned(),
+                detail: AnswerError::at(&value, &path, expected).to_string(),
+            }
+        };
+        const VERSION_EXPECTED: &str = "the control plane's protocol version as a string \"MAJOR.MINOR\"";
+        let theirs: ProtocolVersion = value
             .get("protocol_version")
             .and_then(Value::as_str)
-            .ok_or_else(|| CallError::Malformed {
-                method: method.to_owned(),
-                detail: "no protocol_version in the answer".into(),
-            })?;
-        let theirs: ProtocolVersion = theirs.parse().map_err(|e| CallError::Malformed {
-            method: method.to_owned(),
-            detail: format!("{e}"),
-        })?;
+            .ok_or_else(|| malformed(VERSION_EXPECTED))?
+            .parse()
+            .map_err(|_| malformed(VERSION_EXPECTED))?;
         if !theirs.is_compatible_with(protocol::PROTOCOL_VERSION) {
             return Err(CallError::Incompatible {
                 theirs,
@@ -490,6 +590,7 @@ mod tests {
             class: ErrorClass::Unauthorized,
             name: Some("werkzeug.exceptions.Unauthorized".into()),
             message: "Invalid apikey".into(),
+            hint: None,
         };
         assert_eq!(remote.reason(), "Unauthorized");
         assert!(remote.needs_attention());

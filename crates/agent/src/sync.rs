@@ -13,9 +13,10 @@ use protocol::{
     backoff::Backoff,
     error::ErrorClass,
     messages::{
-        AgentError, AgentInfo, ClusterIdentity, DocumentOutcome, RegisterParams, RegisterResult, ResyncMarker,
-        SyncParams, SyncResult,
+        AgentError, AgentInfo, ClusterIdentity, DocumentAck, DocumentOutcome, RegisterParams, RegisterResult,
+        ResyncMarker, SyncParams, SyncResult,
     },
+    odoo_compat::AnswerError,
     revision::{AckLedger, Decision},
 };
 use tokio::sync::Notify;
@@ -121,10 +122,7 @@ impl<C: Cluster> SyncLoop<C> {
             capabilities: vec!["conflict_report".into(), "deletions".into()],
         };
         let value = self.client.call(key, METHOD_REGISTER, &params).await?;
-        serde_json::from_value(value).map_err(|e| CallError::Malformed {
-            method: METHOD_REGISTER.into(),
-            detail: e.to_string(),
-        })
+        crate::client::decode(METHOD_REGISTER, &value)
     }
 
     /// Runs until `shutdown`.
@@ -155,6 +153,11 @@ impl<C: Cluster> SyncLoop<C> {
         let mut refused_cap: Option<usize> = None;
         let mut batch = Batch::default();
         let mut resync_started: Option<tokio::time::Instant> = None;
+        // After a `413`: most reports and acknowledgements per call, halved down to 1 (a
+        // proxy's body limit is not announced, so it stays for the life of the process).
+        let mut body_cap = BodyCap::default();
+        // The `agent_sync` that timed out, sent again as it was (see `PendingCall`).
+        let mut retry: Option<PendingCall> = None;
 
         loop {
             if shutdown.is_cancelled() {
@@ -171,7 +174,17 @@ impl<C: Cluster> SyncLoop<C> {
                 registered = false;
                 want_resync = true;
                 ledger_loaded = self.ledger_store.is_none();
+                // Another leader may have delivered or changed all of it since; and the resync
+                // starts again, since the dropped call held one of its batches.
+                retry = None;
+                resync = None;
             }
+
+            // What the failed step sent, if it reached `agent_sync` (a failed registration
+            // must not shrink the batches).
+            batch.sent = 0;
+            batch.acks_sent = 0;
+            batch.bytes = 0;
 
             let step = async {
                 if !ledger_loaded && let Some(store) = &self.ledger_store {
@@ -205,7 +218,8 @@ impl<C: Cluster> SyncLoop<C> {
                     }
                     registered = true;
                 }
-                if want_resync && resync.is_none() {
+                // A timed-out call is repeated first, with its resync batch as it was.
+                if want_resync && resync.is_none() && retry.is_none() {
                     resync_counter += 1;
                     let remaining = self.status.with(|c| c.snapshot());
                     let covered_version = self.status.with(|c| c.version());
@@ -225,12 +239,24 @@ impl<C: Cluster> SyncLoop<C> {
                     resync_started = Some(tokio::time::Instant::now());
                 }
                 batch = Batch {
-                    size: batch_size(self.settings.batch_size, odoo_limit, refused_cap),
-                    sent: 0,
+                    size: batch_size(
+                        self.settings.batch_size,
+                        odoo_limit,
+                        refused_cap.into_iter().chain(body_cap.reports).min(),
+                    ),
+                    acks: body_cap.acks.unwrap_or(usize::MAX),
                     interval,
+                    ..Batch::default()
                 };
-                self.sync_once(&k, &mut ledger, &mut resync, &mut streak, &mut retry_hold, &mut batch)
-                    .await
+                let slots = Slots {
+                    ledger: &mut ledger,
+                    resync: &mut resync,
+                    streak: &mut streak,
+                    retry_hold: &mut retry_hold,
+                    batch: &mut batch,
+                    retry: &mut retry,
+                };
+                self.sync_once(&k, slots).await
             };
             let result = step.await;
             let more = match result {
@@ -256,6 +282,24 @@ impl<C: Cluster> SyncLoop<C> {
                     more
                 }
                 Err(err) => {
+                    // Shrinking the call (a `422` or `413` for one carrying several) is the
+                    // agent's own answer: retried soon, not waiting for someone.
+                    let mut shrinking = false;
+                    let mut err = err;
+                    let mut note = String::new();
+                    if err.class() == Some(ErrorClass::RequestTooLarge) && batch.bytes > 0 {
+                        if body_cap.shrink(&batch) {
+                            shrinking = true;
+                            note = body_cap.describe();
+                        } else {
+                            err = CallError::RequestTooLarge {
+                                method: METHOD_SYNC.to_owned(),
+                                acks: batch.acks_sent,
+                                reports: batch.sent,
+                                bytes: batch.bytes,
+                            };
+                        }
+                    }
                     let reason = err.reason();
                     match err.class() {
                         Some(ErrorClass::NotRegistered) | Some(ErrorClass::ClusterMismatch) => registered = false,
@@ -270,15 +314,25 @@ impl<C: Cluster> SyncLoop<C> {
                         Some(ErrorClass::Rejected) if batch.sent > 1 => {
                             refused_cap = Some((batch.sent / 2).max(1));
                             registered = false;
+                            shrinking = true;
                         }
                         _ => {}
                     }
                     if matches!(err, CallError::Credentials(_)) {
                         key = None;
                     }
-                    // A reconnect starts with a full resync.
-                    want_resync = true;
-                    resync = None;
+                    if retry.is_some() && matches!(err, CallError::Timeout { .. }) {
+                        // Odoo may have committed it all the same (it retries a serialisation
+                        // failure for up to about 30 s before answering): the same call goes
+                        // again, which Odoo stores as it did the first (protocol.md, "Timing,
+                        // retries and backoff"), and its answer brings what the lost one had.
+                        tracing::warn!("no answer in time: repeating the same agent_sync");
+                    } else {
+                        retry = None;
+                        // A reconnect starts with a full resync.
+                        want_resync = true;
+                        resync = None;
+                    }
                     let now = Timestamp::now();
                     let s = streak.get_or_insert(AgentError {
                         reason: reason.to_owned(),
@@ -288,10 +342,10 @@ impl<C: Cluster> SyncLoop<C> {
                     });
                     s.attempts += 1;
                     s.reason = reason.to_owned();
-                    s.message = err.to_string();
-                    let (transition, failures) = self.health.failure(reason, err.to_string(), err.needs_attention());
-                    let shrinking = matches!(err.class(), Some(ErrorClass::Rejected)) && batch.sent > 1;
-                    let attempt = if err.needs_attention() && !shrinking {
+                    s.message = format!("{err}{note}");
+                    let needs_attention = err.needs_attention() && !shrinking;
+                    let (transition, failures) = self.health.failure(reason, format!("{err}{note}"), needs_attention);
+                    let attempt = if needs_attention {
                         // Someone has to act (a key, the module, versions): retry about
                         // once a minute, so a fix is picked up soon without hammering.
                         6
@@ -369,54 +423,87 @@ impl<C: Cluster> SyncLoop<C> {
         wake
     }
 
-    async fn sync_once(
-        &self,
-        key: &Redacted<String>,
-        ledger: &mut AckLedger,
-        resync: &mut Option<Resync>,
-        streak: &mut Option<AgentError>,
-        retry_hold: &mut Option<(protocol::Cursor, tokio::time::Instant)>,
-        batch: &mut Batch,
-    ) -> Result<SyncOutcome, CallError> {
+    async fn sync_once(&self, key: &Redacted<String>, slots: Slots<'_>) -> Result<SyncOutcome, CallError> {
+        let Slots {
+            ledger,
+            resync,
+            streak,
+            retry_hold,
+            batch,
+            retry,
+        } = slots;
         let (batch_size, interval) = (batch.size, batch.interval);
-        let (reports, marker, delta_versions): (Vec<Taken>, Option<ResyncMarker>, bool) = match resync.as_mut() {
-            Some(r) => {
-                let take = r.remaining.len().min(batch_size);
-                let batch: Vec<Taken> = r.remaining.drain(..take).collect();
-                let marker = ResyncMarker {
-                    id: r.id.clone(),
-                    batch: r.batch,
-                    last_batch: r.remaining.is_empty(),
+        let call = match retry.take() {
+            Some(call) => call,
+            None => {
+                let (reports, marker, delta_versions): (Vec<Taken>, Option<ResyncMarker>, bool) = match resync.as_mut()
+                {
+                    Some(r) => {
+                        let take = r.remaining.len().min(batch_size);
+                        let batch: Vec<Taken> = r.remaining.drain(..take).collect();
+                        let marker = ResyncMarker {
+                            id: r.id.clone(),
+                            batch: r.batch,
+                            last_batch: r.remaining.is_empty(),
+                        };
+                        (batch, Some(marker), false)
+                    }
+                    None => (self.status.with(|c| c.deltas(batch_size)), None, true),
                 };
-                (batch, Some(marker), false)
+                let more_reports = match resync.as_ref() {
+                    Some(r) => !r.remaining.is_empty(),
+                    None => self.status.with(|c| c.pending()) > reports.len(),
+                };
+                // Oldest first; the rest waits for the next call (after a `413`).
+                let mut acks = ledger.outgoing();
+                acks.truncate(batch.acks.max(1));
+                PendingCall {
+                    reports,
+                    marker,
+                    delta_versions,
+                    more_reports,
+                    acks,
+                }
             }
-            None => (self.status.with(|c| c.deltas(batch_size)), None, true),
-        };
-        let more_reports = match resync.as_ref() {
-            Some(r) => !r.remaining.is_empty(),
-            None => self.status.with(|c| c.pending()) > reports.len(),
         };
         // Nothing leaves before it is recorded: an acknowledgement Odoo holds for a document
         // the next process (or leader) does not know of would let that document run again.
         if let Some(store) = &self.ledger_store {
             store.save(ledger).await?;
         }
-        let acks = ledger.outgoing();
         let params = SyncParams {
             protocol_version: PROTOCOL_VERSION,
             cluster_uid: self.identity.uid.clone(),
             agent_instance: self.agent.instance.clone(),
             known: ledger.known().cloned(),
-            acks: acks.clone(),
-            reports: reports.iter().map(|(_, _, r)| r.clone()).collect(),
-            resync: marker.clone(),
-            more: more_reports,
+            acks: call.acks.clone(),
+            reports: call.reports.iter().map(|(_, _, r)| r.clone()).collect(),
+            resync: call.marker.clone(),
+            more: call.more_reports || call.acks.len() < ledger.pending_len(),
             last_error: streak.clone(),
         };
         let bytes = serde_json::to_vec(&params).map(|v| v.len()).unwrap_or_default();
         batch.sent = params.reports.len();
-        // On failure the caller restarts with a full resync, so nothing sent here is lost.
-        let value = self.client.call(key, METHOD_SYNC, &params).await?;
+        batch.acks_sent = params.acks.len();
+        batch.bytes = bytes;
+        // On failure the caller restarts with a full resync, so nothing sent here is lost;
+        // after a timeout it sends this very call again instead.
+        let value = match self.client.call(key, METHOD_SYNC, &params).await {
+            Ok(value) => value,
+            Err(e) => {
+                if matches!(e, CallError::Timeout { .. }) {
+                    *retry = Some(call);
+                }
+                return Err(e);
+            }
+        };
+        let PendingCall {
+            reports,
+            delta_versions,
+            more_reports,
+            acks,
+            ..
+        } = call;
 
         // Delivered: acks, reports, and the streak of errors.
         *streak = None;
@@ -445,10 +532,10 @@ impl<C: Cluster> SyncLoop<C> {
                 *resync = None;
             }
         }
-
-        let parsed: Result<SyncResult, _> = serde_json::from_value(value.clone());
+        let parsed: Result<SyncResult, AnswerError> = protocol::odoo_compat::decode(&value);
         let mut outcome = SyncOutcome {
-            more: more_reports || resync.is_some(),
+            // Acknowledgements left out of this call (after a `413`) go in the next, at once.
+            more: more_reports || resync.is_some() || ledger.pending_len() > 0,
             next_sync: None,
             resync_requested: false,
             // Read even when the rest does not parse: it is what makes the next call fit.
@@ -459,10 +546,21 @@ impl<C: Cluster> SyncLoop<C> {
         };
         let result = match parsed {
             Ok(r) => r,
+            // The answer's own fields (`server_time`, …) are not the document's fault: the
+            // call failed, naming the field, and no document is refused for it.
+            Err(e) if !e.in_member("desired") => {
+                return Err(CallError::Malformed {
+                    method: METHOD_SYNC.to_owned(),
+                    detail: e.to_string(),
+                });
+            }
             Err(e) => {
+                // The path and what is expected only: what came goes to Odoo in the
+                // refusal, not to the logs.
                 tracing::error!(
-                    error_class = ?e.classify(),
-                    "the control plane's answer does not follow the protocol; nothing applied"
+                    path = %e.path,
+                    expected = %e.expected,
+                    "the control plane's document does not follow the protocol; nothing applied"
                 );
                 let hold = retry_hold.as_ref().map(|(cursor, at)| (cursor, at.elapsed()));
                 match malformed_step(value.get("desired"), ledger, hold, interval) {
@@ -527,6 +625,62 @@ impl<C: Cluster> SyncLoop<C> {
     }
 }
 
+/// What one `agent_sync` carries, kept whole after a timeout so the same call is sent
+/// again (the reports with their versions, the resync batch, the acknowledgements).
+struct PendingCall {
+    reports: Vec<Taken>,
+    marker: Option<ResyncMarker>,
+    /// Reports are deltas (marked delivered by version), not a resync batch.
+    delta_versions: bool,
+    /// More reports were waiting when the call was made.
+    more_reports: bool,
+    acks: Vec<DocumentAck>,
+}
+
+/// The loop's state one sync reads and updates.
+struct Slots<'a> {
+    ledger: &'a mut AckLedger,
+    resync: &'a mut Option<Resync>,
+    streak: &'a mut Option<AgentError>,
+    retry_hold: &'a mut Option<(protocol::Cursor, tokio::time::Instant)>,
+    batch: &'a mut Batch,
+    retry: &'a mut Option<PendingCall>,
+}
+
+/// Caps after a `413`, halved each time down to 1: `None` until one was refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct BodyCap {
+    reports: Option<usize>,
+    acks: Option<usize>,
+}
+
+impl BodyCap {
+    /// A call of `batch` was refused with `413`: halve what it carried more than one of.
+    /// `false` when it carried at most one report and one acknowledgement: nothing is left
+    /// to split, and the limit must be raised.
+    fn shrink(&mut self, batch: &Batch) -> bool {
+        if batch.sent <= 1 && batch.acks_sent <= 1 {
+            return false;
+        }
+        if batch.sent > 1 {
+            self.reports = Some(batch.sent / 2);
+        }
+        if batch.acks_sent > 1 {
+            self.acks = Some(batch.acks_sent / 2);
+        }
+        true
+    }
+
+    /// What the condition's message adds while the calls shrink.
+    fn describe(&self) -> String {
+        let caps: Vec<String> = [(self.reports, "report(s)"), (self.acks, "acknowledgement(s)")]
+            .into_iter()
+            .filter_map(|(cap, what)| cap.map(|n| format!("{n} {what}")))
+            .collect();
+        format!("; from now on the agent sends at most {} per call", caps.join(" and "))
+    }
+}
+
 struct SyncOutcome {
     more: bool,
     next_sync: Option<u32>,
@@ -534,12 +688,16 @@ struct SyncOutcome {
     max_reports: Option<u32>,
 }
 
-/// The pace of one call: how many reports may go and how many went, and the sync interval
-/// (a refused or incomplete document is retried at most once per interval).
+/// The pace of one call: how many reports and acknowledgements may go and how many went
+/// (and the body's size), and the sync interval (a refused or incomplete document is
+/// retried at most once per interval).
 #[derive(Clone, Copy, Debug, Default)]
 struct Batch {
     size: usize,
     sent: usize,
+    acks: usize,
+    acks_sent: usize,
+    bytes: usize,
     interval: Duration,
 }
 
@@ -549,7 +707,7 @@ fn limit_of(announced: u32) -> usize {
 }
 
 /// Reports per call: the agent's own batch size, never more than Odoo's limit nor the cap
-/// set after Odoo refused a call carrying several.
+/// set after Odoo (or a proxy) refused a call carrying several.
 fn batch_size(own: usize, odoo_limit: Option<usize>, refused_cap: Option<usize>) -> usize {
     own.min(odoo_limit.unwrap_or(usize::MAX))
         .min(refused_cap.unwrap_or(usize::MAX))
@@ -591,6 +749,54 @@ fn malformed_step(
         Decision::Apply => MalformedStep::Refuse(cursor),
         Decision::AlreadyProcessed => MalformedStep::Ignore("already refused"),
         Decision::Stale => MalformedStep::Ignore("older than the document already processed"),
+    }
+}
+
+#[cfg(test)]
+mod body_cap_tests {
+    use super::*;
+
+    #[test]
+    fn a_413_halves_what_the_call_carried_more_than_one_of_down_to_one() {
+        let batch = |sent, acks_sent| Batch {
+            sent,
+            acks_sent,
+            bytes: 1,
+            ..Batch::default()
+        };
+        let mut cap = BodyCap::default();
+        assert!(cap.shrink(&batch(200, 5)));
+        assert_eq!(
+            cap,
+            BodyCap {
+                reports: Some(100),
+                acks: Some(2)
+            }
+        );
+        assert_eq!(
+            cap.describe(),
+            "; from now on the agent sends at most 100 report(s) and 2 acknowledgement(s) per call"
+        );
+        assert!(cap.shrink(&batch(3, 1)));
+        assert_eq!(
+            cap,
+            BodyCap {
+                reports: Some(1),
+                acks: Some(2)
+            },
+            "acknowledgements kept as they were"
+        );
+        assert!(cap.shrink(&batch(1, 2)));
+        assert_eq!(
+            cap,
+            BodyCap {
+                reports: Some(1),
+                acks: Some(1)
+            }
+        );
+        assert!(!cap.shrink(&batch(1, 1)), "the smallest call: nothing left to split");
+        assert!(!cap.shrink(&batch(0, 0)));
+        assert_eq!(batch_size(200, None, cap.reports), 1);
     }
 }
 

@@ -10,7 +10,12 @@
 //! `AccessError` 403, `MissingError` 404; anything else is 500.
 //!
 //! The vWorkspace module raises its own subclasses (names in [`names`]), so the agent
-//! tells them apart by `name` and falls back to the status for anything else.
+//! tells them apart by `name` and falls back to the status for anything else. A few of
+//! Odoo's own answers need more than the status to be understood ([`classify`]): a `422`
+//! `ValidationError` is a unique key that a concurrent call inserted first (Odoo turns the
+//! `IntegrityError` into it and does not retry it), a `422` `UnprocessableEntity` "got an
+//! unexpected keyword argument" is a method without `**kwargs`, and a `404` whose body is
+//! not Odoo's error object (an HTML page) means no database was selected for the call.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -21,16 +26,16 @@ pub struct OdooError {
     /// Fully qualified exception class, e.g. `werkzeug.exceptions.Unauthorized`.
     pub name: String,
     /// The exception message.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::odoo_compat::or_default")]
     pub message: String,
     /// The exception arguments.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::odoo_compat::or_default")]
     pub arguments: Vec<Value>,
     /// The request's context.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::odoo_compat::or_default")]
     pub context: Map<String, Value>,
     /// The traceback (may be empty; never shown to users by the agent, only its length).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::odoo_compat::or_default")]
     pub debug: String,
 }
 
@@ -101,6 +106,21 @@ pub enum ErrorClass {
     IncompatibleProtocol,
     /// 400/422: Odoo rejected what the agent sent (a bug on one side).
     Rejected,
+    /// 422 `odoo.exceptions.ValidationError`: a unique key (an acknowledgement's or a
+    /// report's) inserted by a concurrent call first. The whole call was rolled back;
+    /// repeating it later succeeds.
+    ConcurrentUpdate,
+    /// 422 `UnprocessableEntity` "got an unexpected keyword argument": the module's method
+    /// does not take a parameter of the protocol (it lacks `**kwargs`); see
+    /// [`unexpected_parameter`].
+    UnexpectedParameter,
+    /// 415: the request reached Odoo without `Content-Type: application/json`.
+    UnsupportedMediaType,
+    /// 404 whose body is not Odoo's error object: Odoo selected no database for the call
+    /// (several databases, and no or a filtered-out `X-Odoo-Database`).
+    DatabaseNotSelected,
+    /// 413: the request body is larger than Odoo or a proxy in front of it accepts.
+    RequestTooLarge,
     /// 429: slow down.
     RateLimited,
     /// 5xx (other than below): a server error.
@@ -122,6 +142,11 @@ impl ErrorClass {
             Self::NotRegistered => "NotRegistered",
             Self::IncompatibleProtocol => "IncompatibleProtocol",
             Self::Rejected => "Rejected",
+            Self::ConcurrentUpdate => "ConcurrentUpdate",
+            Self::UnexpectedParameter => "UnexpectedParameter",
+            Self::UnsupportedMediaType => "UnsupportedMediaType",
+            Self::DatabaseNotSelected => "DatabaseNotSelected",
+            Self::RequestTooLarge => "RequestTooLarge",
             Self::RateLimited => "RateLimited",
             Self::ServerError => "ServerError",
             Self::Unavailable => "Unavailable",
@@ -134,12 +159,18 @@ impl ErrorClass {
     pub fn is_transient(self) -> bool {
         matches!(
             self,
-            Self::NotRegistered | Self::RateLimited | Self::ServerError | Self::Unavailable | Self::Other
+            Self::NotRegistered
+                | Self::RateLimited
+                | Self::ServerError
+                | Self::Unavailable
+                | Self::ConcurrentUpdate
+                | Self::Other
         )
     }
 }
 
-/// Classifies a non-2xx answer by exception `name` first, then by HTTP status.
+/// Classifies a non-2xx answer by exception `name` first, then by HTTP status. `error`
+/// is `None` when the body is not Odoo's error object (HTML from Odoo's router or a proxy).
 pub fn classify(status: u16, error: Option<&OdooError>) -> ErrorClass {
     if let Some(e) = error {
         match e.name.as_str() {
@@ -148,19 +179,40 @@ pub fn classify(status: u16, error: Option<&OdooError>) -> ErrorClass {
             names::CLUSTER_NOT_REGISTERED => return ErrorClass::NotRegistered,
             names::UNAUTHORIZED => return ErrorClass::Unauthorized,
             names::NOT_FOUND => return ErrorClass::NotInstalled,
+            // Exactly Odoo's class: the module's `InvalidParams` (a subclass) has its own
+            // name and stays `Rejected`.
+            names::VALIDATION_ERROR if status == 422 => return ErrorClass::ConcurrentUpdate,
+            names::UNPROCESSABLE_ENTITY if unexpected_parameter(&e.message).is_some() => {
+                return ErrorClass::UnexpectedParameter;
+            }
             _ => {}
         }
     }
     match status {
         401 => ErrorClass::Unauthorized,
         403 => ErrorClass::Forbidden,
+        // Odoo's JSON-2 route answers an unknown model or method with its JSON error
+        // object; an HTML 404 comes from before any database was picked.
+        404 if error.is_none() => ErrorClass::DatabaseNotSelected,
         404 => ErrorClass::NotInstalled,
-        400 | 413 | 422 => ErrorClass::Rejected,
+        413 => ErrorClass::RequestTooLarge,
+        415 => ErrorClass::UnsupportedMediaType,
+        400 | 422 => ErrorClass::Rejected,
         429 => ErrorClass::RateLimited,
         502..=504 => ErrorClass::Unavailable,
         500..=599 => ErrorClass::ServerError,
         _ => ErrorClass::Other,
     }
+}
+
+/// The parameter named by Python's binding error, as JSON-2 passes it on
+/// (`got an unexpected keyword argument 'last_error'` gives `last_error`).
+pub fn unexpected_parameter(message: &str) -> Option<&str> {
+    const MARKER: &str = "got an unexpected keyword argument ";
+    let (_, rest) = message.split_once(MARKER)?;
+    let quote = rest.chars().next().filter(|c| matches!(c, '\'' | '"'))?;
+    let name = rest.get(quote.len_utf8()..)?.split(quote).next()?;
+    (!name.is_empty()).then_some(name)
 }
 
 #[cfg(test)]
@@ -183,6 +235,34 @@ mod tests {
                 ErrorClass::IncompatibleProtocol,
             ),
             (422, Some(e(names::INVALID_PARAMS)), ErrorClass::Rejected),
+            (422, Some(e(names::USER_ERROR)), ErrorClass::Rejected),
+            (422, Some(e(names::VALIDATION_ERROR)), ErrorClass::ConcurrentUpdate),
+            (
+                422,
+                Some(OdooError::new(
+                    names::UNPROCESSABLE_ENTITY,
+                    "got an unexpected keyword argument 'last_error'",
+                    Some(422),
+                )),
+                ErrorClass::UnexpectedParameter,
+            ),
+            (
+                422,
+                Some(OdooError::new(
+                    names::UNPROCESSABLE_ENTITY,
+                    "missing a required argument: 'cluster'",
+                    Some(422),
+                )),
+                ErrorClass::Rejected,
+            ),
+            (404, None, ErrorClass::DatabaseNotSelected),
+            (413, None, ErrorClass::RequestTooLarge),
+            (
+                413,
+                Some(e("werkzeug.exceptions.RequestEntityTooLarge")),
+                ErrorClass::RequestTooLarge,
+            ),
+            (415, None, ErrorClass::UnsupportedMediaType),
             (400, None, ErrorClass::Rejected),
             (429, None, ErrorClass::RateLimited),
             (500, Some(e(names::INTERNAL_SERVER_ERROR)), ErrorClass::ServerError),
@@ -193,8 +273,49 @@ mod tests {
             assert_eq!(classify(status, body.as_ref()), want, "{status} {body:?}");
         }
         assert!(ErrorClass::Unavailable.is_transient());
+        assert!(ErrorClass::ConcurrentUpdate.is_transient(), "retried with backoff");
         assert!(!ErrorClass::Unauthorized.is_transient());
+        for needs_a_fix in [
+            ErrorClass::UnexpectedParameter,
+            ErrorClass::UnsupportedMediaType,
+            ErrorClass::DatabaseNotSelected,
+            ErrorClass::RequestTooLarge,
+        ] {
+            assert!(!needs_a_fix.is_transient(), "{needs_a_fix:?}");
+        }
         assert_eq!(ErrorClass::Other.reason(), "HttpError");
+    }
+
+    #[test]
+    fn the_parameter_of_a_binding_error_is_read() {
+        let cases = [
+            ("got an unexpected keyword argument 'last_error'", Some("last_error")),
+            (
+                "agent_sync() got an unexpected keyword argument \"known\"",
+                Some("known"),
+            ),
+            ("got an unexpected keyword argument ''", None),
+            ("got an unexpected keyword argument last_error", None),
+            ("missing a required argument: 'cluster'", None),
+            ("", None),
+        ];
+        for (message, want) in cases {
+            assert_eq!(unexpected_parameter(message), want, "{message}");
+        }
+    }
+
+    #[test]
+    fn an_error_object_with_odoo_false_members_parses() {
+        let body = r#"{"name": "odoo.exceptions.ValidationError", "message": false, "arguments": false,
+            "context": false, "debug": false}"#;
+        let e: OdooError = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            e,
+            OdooError {
+                name: names::VALIDATION_ERROR.into(),
+                ..OdooError::default()
+            }
+        );
     }
 
     #[test]

@@ -22,6 +22,9 @@
 //!   rule ([`plan`]) and the lateness rule for Operations without a deadline ([`lateness`]);
 //! * status reports built from the CRs ([`report`]);
 //! * Odoo's error object and its classification ([`error`]);
+//! * what the agent accepts from a module written the ordinary Odoo way (offset-less
+//!   timestamps, `false` for an empty field), and located errors for what it cannot read
+//!   ([`odoo_compat`]);
 //! * the retry policy: exponential backoff with jitter ([`backoff`]).
 //!
 //! Naming rule: every field this protocol defines is `snake_case` (they are Python keyword
@@ -37,6 +40,7 @@ pub mod error;
 pub mod lateness;
 pub mod maintenance;
 pub mod messages;
+pub mod odoo_compat;
 pub mod plan;
 pub mod push;
 pub mod release_test;

@@ -2,14 +2,16 @@
 //! `agent_sync`, the desired-state document, acknowledgements and status reports.
 //!
 //! Every optional field may be absent; receivers ignore fields they do not know
-//! (forward compatibility within a MAJOR version, see [`crate::version`]).
+//! (forward compatibility within a MAJOR version, see [`crate::version`]). What the agent
+//! reads from Odoo also takes Odoo's own forms (offset-less UTC timestamps, `false` for an
+//! empty field), through the helpers of [`crate::odoo_compat`].
 
 use api::{ApplicationInstanceSpec, OperationSpec};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::version::ProtocolVersion;
+use crate::{odoo_compat, version::ProtocolVersion};
 
 /// Who the cluster is. `uid` is stable for the life of the cluster: the UID of its
 /// `kube-system` namespace. `name` is for humans and may change.
@@ -74,13 +76,22 @@ pub struct RegisterResult {
     /// Odoo's record id of the cluster (`vworkspace.cluster` id), for logs.
     pub cluster_id: i64,
     /// Odoo's clock, to spot clock skew.
+    #[serde(deserialize_with = "odoo_compat::timestamp")]
     pub server_time: Timestamp,
     /// Suggested sync interval; the agent uses it when it lies within 5 s and 1 h.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub sync_interval_seconds: Option<u32>,
     /// Largest number of reports Odoo accepts in one sync; the agent sends at most that
     /// many (and at most its own limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_reports_per_sync: Option<u32>,
 }
 
@@ -172,10 +183,18 @@ pub struct DeletionIntent {
     pub name: String,
     /// Delete only the object with this UID (from an earlier report); a recreated object
     /// of the same name is then left alone.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub uid: Option<String>,
     /// Why, for the audit trail (kept in logs and the acknowledgement).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
 }
 
@@ -191,16 +210,20 @@ pub struct DesiredState {
     /// Revision within the epoch.
     pub revision: u64,
     /// When Odoo built this document.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "odoo_compat::option_timestamp",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub generated_at: Option<Timestamp>,
     /// Desired ApplicationInstances.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "odoo_compat::or_default")]
     pub applications: Vec<ApplicationIntent>,
     /// Desired Operations.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "odoo_compat::or_default")]
     pub operations: Vec<OperationIntent>,
     /// Explicit deletions.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "odoo_compat::or_default")]
     pub deletions: Vec<DeletionIntent>,
 }
 
@@ -510,7 +533,8 @@ pub struct SyncParams {
     /// Set when `reports` is (part of) a full resync.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync: Option<ResyncMarker>,
-    /// More reports are waiting; the agent calls again at once.
+    /// More reports (or, after a `413`, acknowledgements) are waiting; the agent calls again
+    /// at once.
     #[serde(default)]
     pub more: bool,
     /// The failure streak that ended with this call, if any.
@@ -524,21 +548,34 @@ pub struct SyncResult {
     /// Odoo's protocol version.
     pub protocol_version: ProtocolVersion,
     /// Odoo's clock.
+    #[serde(deserialize_with = "odoo_compat::timestamp")]
     pub server_time: Timestamp,
-    /// The desired state, when its cursor differs from `known`; absent (or `null`) when
-    /// the agent is up to date.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The desired state, when its cursor differs from `known`; absent (or `null`, or
+    /// `false`) when the agent is up to date.
+    #[serde(
+        default,
+        deserialize_with = "odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub desired: Option<DesiredState>,
     /// Odoo lost its status records (e.g. restored from a backup) and asks for a full
     /// resync now.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "odoo_compat::or_default")]
     pub resync_requested: bool,
     /// Suggested delay before the next periodic sync.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub next_sync_seconds: Option<u32>,
     /// (1.4) Most reports Odoo accepts per call, now: the agent sends at most that many
     /// from its next call on, so a lowered limit reaches it without a new registration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_reports_per_sync: Option<u32>,
 }
 

@@ -44,7 +44,11 @@ pub struct ApplyParams {
     pub protocol_version: ProtocolVersion,
     /// The cluster the caller means; when given, it must be this cluster's UID (a
     /// document sent to the wrong endpoint is refused before anything is read).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cluster_uid: Option<String>,
     /// The desired-state document, as in `agent_sync`'s `desired`. Kept raw here so that a
     /// document that does not parse is acknowledged `refused`/`MalformedDocument` by its
@@ -67,13 +71,21 @@ pub struct ApplyResult {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusParams {
     /// The caller's protocol version, checked when given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub protocol_version: Option<ProtocolVersion>,
     /// Every report (a full resync), instead of the undelivered changes.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::odoo_compat::or_default")]
     pub full: bool,
     /// As in [`ApplyParams::cluster_uid`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::odoo_compat::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cluster_uid: Option<String>,
 }
 

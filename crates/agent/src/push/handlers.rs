@@ -202,7 +202,7 @@ impl<C: Cluster> PushState<C> {
         let params: ApplyParams = parse_params(&read_body(body, self.max_body).await?)?;
         check_version(params.protocol_version)?;
         self.check_cluster(params.cluster_uid.as_deref())?;
-        let doc = match serde_json::from_value::<DesiredState>(params.document.clone()) {
+        let doc = match protocol::odoo_compat::decode::<DesiredState>(&params.document) {
             Ok(doc) => doc,
             Err(e) => {
                 // As pull mode: refused whole, acknowledged by its cursor when readable.
@@ -214,9 +214,12 @@ impl<C: Cluster> PushState<C> {
                     )
                     .quoting_input());
                 };
+                // The path and what is expected only: what came goes back to the caller in
+                // the refusal, not to the logs.
                 tracing::error!(
                     revision = %format!("{epoch}/{revision}"),
-                    error_class = ?e.classify(),
+                    path = %e.path,
+                    expected = %e.expected,
                     "pushed document does not follow the protocol; refused, nothing applied"
                 );
                 // The revision rule holds for it too: an older (or already processed) cursor
