@@ -33,6 +33,7 @@ pub mod bench;
 pub mod bundle;
 pub mod deploy;
 pub mod flux;
+pub mod odoo;
 pub mod ops;
 pub mod process;
 pub mod real_node;
@@ -120,6 +121,29 @@ pub async fn client() -> anyhow::Result<Client> {
 
 static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// Set once a test process has checked that nothing foreign runs in the cluster.
+static NOTHING_FOREIGN: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// The check at the start of every suite (test binary): no component of ours or Flux's runs
+/// *in* the cluster ([`bundle::in_cluster_components`]; only the bundle tests install one, and
+/// remove it on every exit path). One that an earlier suite left anyway is removed here and
+/// named on stderr, so a failed suite never changes another's outcome: once, a bundled app
+/// controller allowed one namespace refused every later suite's apps.
+async fn ensure_nothing_foreign() -> anyhow::Result<()> {
+    NOTHING_FOREIGN
+        .get_or_try_init(|| async {
+            let reaped = bundle::reap_in_cluster_components()
+                .await
+                .context("removing what an earlier suite left running in the cluster")?;
+            if !reaped.is_empty() {
+                eprintln!("e2e: an earlier suite left these running in the cluster; removed them first: {reaped:?}");
+            }
+            anyhow::Ok(())
+        })
+        .await?;
+    Ok(())
+}
+
 /// One test's world: a client and a fresh namespace that is deleted on drop.
 pub struct TestContext {
     /// A client for the local cluster, with its admin kubeconfig.
@@ -133,6 +157,7 @@ impl TestContext {
     /// Connects and creates namespace `e2e-<prefix>-<unique>`.
     pub async fn new(prefix: &str) -> anyhow::Result<Self> {
         assert_loopback_only();
+        ensure_nothing_foreign().await?;
         let client = client().await?;
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.subsec_nanos();
         let n = NAMESPACE_COUNTER.fetch_add(1, Ordering::Relaxed);
