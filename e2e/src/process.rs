@@ -50,12 +50,13 @@ pub const TEST_PORTS: std::ops::Range<u16> = 20000..40000;
 /// and [`retry_address_race`] starts it again on a new address. Within this process a
 /// port is never handed out twice, so parallel tests cannot pick the same one before
 /// either has bound it. Ports come from [`TEST_PORTS`]; each test process starts at its own
-/// offset (from its pid), so two test processes rarely try the same ports.
+/// offset: slice `VWS_E2E_PORT_SLOT` of `VWS_E2E_PORT_SLOTS` when `hack/e2e-lanes.py` runs
+/// test files side by side (so they never try the same ports), else from its pid.
 pub fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
     static NEXT: Mutex<Option<u16>> = Mutex::new(None);
     let span = TEST_PORTS.end - TEST_PORTS.start;
     let mut next = lock(&NEXT);
-    let mut offset = next.unwrap_or_else(|| (std::process::id() % u32::from(span)) as u16);
+    let mut offset = next.unwrap_or_else(|| first_port_offset(span));
     for _ in 0..span {
         let port = TEST_PORTS.start + offset;
         offset = (offset + 1) % span;
@@ -65,6 +66,17 @@ pub fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
         }
     }
     bail!("no free loopback port in {TEST_PORTS:?}")
+}
+
+/// Where this process starts handing out ports, as an offset into a span of `span` ports.
+fn first_port_offset(span: u16) -> u16 {
+    let slot = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    let span = u32::from(span);
+    let offset = match (slot("VWS_E2E_PORT_SLOT"), slot("VWS_E2E_PORT_SLOTS")) {
+        (Some(slot), Some(slots)) if slot < slots => slot * (span / slots),
+        _ => std::process::id() % span,
+    };
+    u16::try_from(offset).unwrap_or(0)
 }
 
 /// Path of a workspace binary built by cargo (same profile as the tests).
