@@ -5,6 +5,8 @@
 #   hack/odoo.sh deps          Debian's packages Odoo 19 needs (only the missing ones)
 #   hack/odoo.sh db-up         Debian's PostgreSQL 15 running, role `odoo` (password, CREATEDB) and
 #                              the OS user's role for the Unix socket (peer authentication, CREATEDB)
+#   hack/odoo.sh db-kill       SIGKILLs PostgreSQL's postmaster (a crash: `just chaos`); db-up
+#                              starts it again, with crash recovery
 #   hack/odoo.sh test          a fresh database, the addon installed with its tests; fails on any failure
 #   hack/odoo.sh init DB       a fresh database DB with base, rpc, web and vworkspace
 #   hack/odoo.sh serve DB PORT [ODOO-BIN ARGS]
@@ -182,6 +184,19 @@ cmd_db_up() {
   echo "db-up: PostgreSQL $PG_VERSION is running, role $TCP_USER (password) on $TCP_HOST, role $SOCKET_USER over the Unix socket"
 }
 
+cmd_db_kill() {
+  local datadir pid i
+  datadir=$(pg_lsclusters -h | awk -v v="$PG_VERSION" '$1 == v && $2 == "main" { print $6 }')
+  [[ -n $datadir ]] || die "no PostgreSQL $PG_VERSION cluster main (pg_lsclusters)"
+  pid=$(as_root head -1 "$datadir/postmaster.pid" 2>/dev/null) || die "PostgreSQL is not running (no $datadir/postmaster.pid)"
+  as_root kill -KILL "$pid" 2>/dev/null || die "PostgreSQL's postmaster $pid is not running"
+  for i in $(seq 1 50); do
+    as_root kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "db-kill: PostgreSQL $PG_VERSION's postmaster (pid $pid) killed"
+}
+
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # odoo-bin on DB with MODULES installed (creating the database if it does not exist), its log in LOG.
@@ -339,6 +354,7 @@ cmd_drop() {
 case "${1:-}" in
   deps) cmd_deps ;;
   db-up) cmd_db_up ;;
+  db-kill) cmd_db_kill ;;
   test) cmd_test ;;
   init) shift; cmd_init "$@" ;;
   serve) shift; cmd_serve "$@" ;;

@@ -35,6 +35,7 @@ pub mod deploy;
 pub mod flux;
 pub mod odoo;
 pub mod ops;
+pub mod peer;
 pub mod process;
 pub mod real_node;
 pub mod sources;

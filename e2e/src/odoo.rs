@@ -30,6 +30,7 @@ use crate::{
     TestContext,
     agent::{AGENT_TIMEOUT, AgentProcess, PullAgentFlags, grant_status_configmap, work_dir},
     cluster_dir, eventually, log_tail,
+    peer::Peer,
     process::{ControllerProcess, free_loopback_addr, retry_address_race},
     repo_root,
 };
@@ -813,6 +814,19 @@ pub async fn start_agent(
     tag: &str,
     extra: &[&str],
 ) -> anyhow::Result<AgentProcess> {
+    start_agent_at(ctx, &odoo.url, &odoo.database, cluster, key_file, tag, extra).await
+}
+
+/// [`start_agent`] against Odoo at `url` (a proxy in front of it, say) serving `database`.
+pub async fn start_agent_at(
+    ctx: &TestContext,
+    url: &str,
+    database: &str,
+    cluster: &str,
+    key_file: &Path,
+    tag: &str,
+    extra: &[&str],
+) -> anyhow::Result<AgentProcess> {
     let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
     grant_status_configmap(&status_configmap).await?;
     let key = key_file.to_string_lossy().into_owned();
@@ -820,7 +834,7 @@ pub async fn start_agent(
         let admin_addr = free_loopback_addr()?.to_string();
         let channel_addr = free_loopback_addr()?.to_string();
         let mut args = PullAgentFlags {
-            control_plane_url: &odoo.url,
+            control_plane_url: url,
             key_file: &key,
             cluster,
             namespace: &ctx.namespace,
@@ -829,7 +843,7 @@ pub async fn start_agent(
             status_configmap: &status_configmap,
         }
         .args();
-        args.extend_from_slice(&["--database", &odoo.database]);
+        args.extend_from_slice(&["--database", database]);
         args.extend_from_slice(extra);
         let process = ControllerProcess::start(
             ctx.process_scope(),
@@ -853,127 +867,8 @@ pub async fn start_agent(
     .await
 }
 
-/// The peer cluster of `hack/cluster.sh up` (`VWS_PEER_*` in the cluster's env): an etcd and
-/// a kube-apiserver with our CRDs in a second loopback-only network namespace.
-pub struct Peer {
-    /// Its network namespace.
-    pub netns: String,
-    /// Its admin kubeconfig.
-    pub kubeconfig: PathBuf,
-}
-
+/// What the Odoo tests do with the peer cluster ([`Peer`]).
 impl Peer {
-    /// The peer named by the environment (`hack/cluster.sh exec` exports it).
-    pub fn from_env() -> anyhow::Result<Self> {
-        let netns = std::env::var("VWS_PEER_NETNS")
-            .context("VWS_PEER_NETNS is not set: start the clusters with `hack/cluster.sh up` (or `peer-up`)")?;
-        let dir = PathBuf::from(std::env::var("VWS_PEER_CLUSTER_DIR").context("VWS_PEER_CLUSTER_DIR is not set")?);
-        Ok(Self {
-            netns,
-            kubeconfig: dir.join("admin.kubeconfig"),
-        })
-    }
-
-    /// `kubectl` against the peer, run inside its network namespace.
-    pub async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.netns])
-            .arg(crate::deploy::kubectl_path())
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().context("starting kubectl in the peer's netns")?;
-        if let Some(text) = stdin {
-            use tokio::io::AsyncWriteExt as _;
-            let mut input = child.stdin.take().context("kubectl stdin")?;
-            input.write_all(text.as_bytes()).await?;
-        }
-        drop(child.stdin.take());
-        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await??;
-        anyhow::ensure!(
-            out.status.success(),
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// Creates namespace `name` in the peer if it does not exist.
-    pub async fn ensure_namespace(&self, name: &str) -> anyhow::Result<()> {
-        let doc = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n");
-        self.kubectl(
-            &["apply", "--server-side", "--field-manager=e2e", "-f", "-"],
-            Some(&doc),
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Deletes namespace `name` of the peer (not waiting).
-    pub async fn delete_namespace(&self, name: &str) -> anyhow::Result<()> {
-        self.kubectl(
-            &["delete", "namespace", name, "--wait=false", "--ignore-not-found"],
-            None,
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Names of the ApplicationInstances in `namespace` of the peer.
-    pub async fn app_names(&self, namespace: &str) -> anyhow::Result<Vec<String>> {
-        let out = self
-            .kubectl(&["get", "applicationinstances", "-n", namespace, "-o", "json"], None)
-            .await?;
-        let list: Value = serde_json::from_str(&out)?;
-        Ok(list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned))
-            .collect())
-    }
-
-    /// The `metadata.uid` of the peer's `kube-system` (its cluster identity).
-    pub async fn cluster_uid(&self) -> anyhow::Result<String> {
-        Ok(self
-            .kubectl(
-                &["get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"],
-                None,
-            )
-            .await?
-            .trim()
-            .to_owned())
-    }
-
-    /// The `data` of the agent's status ConfigMap `name` in the peer, if it exists yet.
-    pub async fn agent_status(&self, name: &str) -> anyhow::Result<Option<Value>> {
-        let out = self
-            .kubectl(
-                &[
-                    "get",
-                    "configmap",
-                    "-n",
-                    "vworkspace-system",
-                    name,
-                    "-o",
-                    "json",
-                    "--ignore-not-found",
-                ],
-                None,
-            )
-            .await?;
-        if out.trim().is_empty() {
-            return Ok(None);
-        }
-        let cm: Value = serde_json::from_str(&out)?;
-        Ok(Some(cm["data"].clone()))
-    }
-
     /// Carries `127.0.0.1:<port>` of this namespace (Odoo) into the peer's namespace at
     /// `127.0.0.1:<peer_port>` (`hack/netns-bridge.py` over a Unix socket); both bridge
     /// processes are returned (stopped on drop).

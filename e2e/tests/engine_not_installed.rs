@@ -8,87 +8,18 @@
 //! removes everything else it made on the peer. `two_clusters.rs` uses the peer too but
 //! needs no Flux there; test files run one after another, so the two never overlap.
 
-use std::{
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use e2e::{
     TestContext, cluster_dir, eventually,
+    peer::Peer,
     process::{ControllerProcess, binary_path},
 };
-use serde_json::{Value, json};
-use tokio::process::Command;
+use serde_json::json;
 
 /// How long the controller may take to notice a change of the cluster's APIs: its
 /// `EngineNotInstalled` recheck is 30 s.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The peer cluster as `hack/cluster.sh` started it (`VWS_PEER_*` in the cluster's env).
-struct Peer {
-    netns: String,
-    kubeconfig: PathBuf,
-}
-
-impl Peer {
-    fn from_env() -> anyhow::Result<Self> {
-        let netns = std::env::var("VWS_PEER_NETNS")
-            .context("VWS_PEER_NETNS is not set: start the clusters with `hack/cluster.sh up` (or `peer-up`)")?;
-        let dir = PathBuf::from(std::env::var("VWS_PEER_CLUSTER_DIR").context("VWS_PEER_CLUSTER_DIR is not set")?);
-        Ok(Self {
-            netns,
-            kubeconfig: dir.join("admin.kubeconfig"),
-        })
-    }
-
-    /// `kubectl` against the peer, inside its network namespace: `Ok(stdout)` or the error.
-    async fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<Result<String, String>> {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.netns])
-            .arg(e2e::deploy::kubectl_path())
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().context("starting kubectl in the peer's netns")?;
-        if let Some(text) = stdin {
-            use tokio::io::AsyncWriteExt as _;
-            let mut input = child.stdin.take().context("kubectl stdin")?;
-            input.write_all(text.as_bytes()).await?;
-        }
-        drop(child.stdin.take());
-        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await??;
-        Ok(if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        })
-    }
-
-    async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
-        self.try_kubectl(args, stdin)
-            .await?
-            .map_err(|stderr| anyhow::anyhow!("kubectl {}: {stderr}", args.join(" ")))
-    }
-
-    async fn json(&self, args: &[&str]) -> anyhow::Result<Value> {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        Ok(serde_json::from_str(&self.kubectl(&all, None).await?)?)
-    }
-
-    /// Whether the peer serves `helm.toolkit.fluxcd.io/v2` (discovery).
-    async fn serves_flux(&self) -> anyhow::Result<bool> {
-        Ok(self
-            .try_kubectl(&["get", "--raw", "/apis/helm.toolkit.fluxcd.io/v2"], None)
-            .await?
-            .is_ok())
-    }
-}
 
 /// The Flux CRDs `hack/cluster.sh up` applies to the local cluster (from the Flux modules).
 fn flux_crds() -> anyhow::Result<String> {

@@ -20,8 +20,9 @@ use e2e::{
     apps::{RELEASE_TIMEOUT, start_controller},
     deploy::{self, http_get, metric_sum},
     flux,
-    odoo::{self, OdooProcess, Peer, conditions, parse_odoo_datetime, start_agent},
+    odoo::{self, OdooProcess, conditions, parse_odoo_datetime, start_agent},
     ops::{start_engine, wait_phase},
+    peer::Peer,
     process::free_loopback_addr,
 };
 use k8s_openapi::api::core::v1::{Namespace, Secret};

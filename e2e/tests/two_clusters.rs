@@ -10,10 +10,7 @@
 //! (`ClusterMismatch`: the key is bound to the first cluster's identity) with nothing
 //! applied.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{path::Path, time::Duration};
 
 use anyhow::Context as _;
 use e2e::{
@@ -21,109 +18,13 @@ use e2e::{
     agent::{AGENT_TIMEOUT, PullAgentFlags, SimProcess, api_key, object_ack, start_agent, wait_sim, work_dir},
     apps::app,
     eventually,
+    peer::Peer,
     process::{ControllerProcess, binary_path, free_loopback_addr},
     repo_root,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use serde_json::{Value, json};
-use tokio::process::Command;
-
-/// The peer cluster as `hack/cluster.sh` started it (`VWS_PEER_*` in the cluster's env).
-struct Peer {
-    netns: String,
-    kubeconfig: PathBuf,
-}
-
-impl Peer {
-    fn from_env() -> anyhow::Result<Self> {
-        let netns = std::env::var("VWS_PEER_NETNS")
-            .context("VWS_PEER_NETNS is not set: start the clusters with `hack/cluster.sh up` (or `peer-up`)")?;
-        let dir = PathBuf::from(std::env::var("VWS_PEER_CLUSTER_DIR").context("VWS_PEER_CLUSTER_DIR is not set")?);
-        Ok(Self {
-            netns,
-            kubeconfig: dir.join("admin.kubeconfig"),
-        })
-    }
-
-    /// `kubectl` against the peer, run inside its network namespace.
-    async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
-        let kubectl = e2e::deploy::kubectl_path();
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.netns])
-            .arg(&kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().context("starting kubectl in the peer's netns")?;
-        if let Some(text) = stdin {
-            use tokio::io::AsyncWriteExt as _;
-            let mut input = child.stdin.take().context("kubectl stdin")?;
-            input.write_all(text.as_bytes()).await?;
-        }
-        drop(child.stdin.take());
-        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await??;
-        anyhow::ensure!(
-            out.status.success(),
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    async fn ensure_namespace(&self, name: &str) -> anyhow::Result<()> {
-        let doc = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n");
-        self.kubectl(
-            &["apply", "--server-side", "--field-manager=e2e", "-f", "-"],
-            Some(&doc),
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Names of the ApplicationInstances in `namespace` of the peer.
-    async fn app_names(&self, namespace: &str) -> anyhow::Result<Vec<String>> {
-        let out = self
-            .kubectl(&["get", "applicationinstances", "-n", namespace, "-o", "json"], None)
-            .await?;
-        let list: Value = serde_json::from_str(&out)?;
-        Ok(list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned))
-            .collect())
-    }
-
-    /// The `data` of the agent's status ConfigMap `name` in the peer, if it exists yet.
-    async fn agent_status(&self, name: &str) -> anyhow::Result<Option<Value>> {
-        let out = self
-            .kubectl(
-                &[
-                    "get",
-                    "configmap",
-                    "-n",
-                    "vworkspace-system",
-                    name,
-                    "-o",
-                    "json",
-                    "--ignore-not-found",
-                ],
-                None,
-            )
-            .await?;
-        if out.trim().is_empty() {
-            return Ok(None);
-        }
-        let cm: Value = serde_json::from_str(&out)?;
-        Ok(Some(cm["data"].clone()))
-    }
-}
 
 /// Carries `127.0.0.1:<port>` of this namespace (the simulator) into the peer's namespace
 /// at `127.0.0.1:<peer_port>`; returns both bridge processes (stopped on drop).
