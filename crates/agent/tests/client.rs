@@ -148,3 +148,61 @@ async fn another_major_version_is_refused() {
     assert_eq!(err.reason(), "IncompatibleProtocol");
     assert!(err.needs_attention());
 }
+
+/// The client with another `X-Odoo-Database`.
+fn client_of_database(url: &str, database: &str) -> ControlPlaneClient {
+    ControlPlaneClient::new(&ClientConfig {
+        url: url.into(),
+        database: Some(database.into()),
+        timeout: Duration::from_millis(800),
+        max_response_bytes: 64 * 1024,
+        ca_bundle: None,
+        insecure_allow_http: true,
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_simulator_fails_as_real_odoo_does_and_each_failure_has_its_reason() {
+    let sim = sim();
+    let url = serve(sim.clone()).await;
+    let c = client(&url, 64 * 1024);
+    let key = Redacted::new(KEY.to_owned());
+    c.call(&key, METHOD_REGISTER, &register()).await.unwrap();
+    let sync = json!({"protocol_version": "1.0", "cluster_uid": "uid-1", "agent_instance": "a"});
+
+    // A database this Odoo does not serve: Odoo's HTML 404.
+    let err = client_of_database(&url, "other")
+        .call(&key, METHOD_SYNC, &sync)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "DatabaseNotSelected", "{err}");
+    assert!(err.needs_attention());
+
+    // A module without **kwargs and a keyword it does not name.
+    sim.set_fault(Fault::NoKwargs);
+    let mut newer = sync.clone();
+    newer["newer_field"] = json!(true);
+    let err = c.call(&key, METHOD_SYNC, &newer).await.unwrap_err();
+    assert_eq!(err.reason(), "UnexpectedParameter", "{err}");
+    assert!(err.to_string().contains("newer_field"), "{err}");
+
+    // Two concurrent inserts of one key: transient, nobody needs to act.
+    sim.set_fault(Fault::ConcurrentInsert);
+    let err = c.call(&key, METHOD_SYNC, &sync).await.unwrap_err();
+    assert_eq!(err.reason(), "ConcurrentUpdate", "{err}");
+    assert!(!err.needs_attention());
+
+    // A front proxy's body limit.
+    sim.set_fault(Fault::BodyLimit { bytes: 16 });
+    let err = c.call(&key, METHOD_SYNC, &sync).await.unwrap_err();
+    assert_eq!(err.reason(), "RequestTooLarge", "{err}");
+
+    // Committed, then answered after the client's timeout: the call took effect.
+    let syncs = sim.view("edge-1").unwrap()["syncs"].as_u64().unwrap();
+    sim.set_fault(Fault::CommittedThenLate { seconds: 2 });
+    let err = c.call(&key, METHOD_SYNC, &sync).await.unwrap_err();
+    assert_eq!(err.reason(), "Timeout", "{err}");
+    assert_eq!(sim.view("edge-1").unwrap()["syncs"].as_u64(), Some(syncs + 1));
+    assert_no_key(&err);
+}

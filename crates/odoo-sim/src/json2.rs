@@ -1,6 +1,17 @@
 //! The protocol, pull mode: `agent_register` and `agent_sync` with Odoo 19's JSON-2
 //! conventions (bearer API keys, the optional `X-Odoo-Database` header, Odoo's error
 //! objects and statuses), and the faults an admin can inject in front of them.
+//!
+//! Where a real Odoo 19 differs from a forgiving server, the simulator answers as Odoo
+//! does (read in `../shared/odoo-19`): datetimes as Odoo's `json_default` writes a
+//! `fields.Datetime` (`YYYY-MM-DD HH:MM:SS`, UTC, no offset); a request that is not
+//! `application/json` is a `415` with werkzeug's HTML page (`odoo/http.py`,
+//! `_set_request_dispatcher`); a database that is not served is an HTML `404`. Faults add
+//! the rest: a module without `**kwargs` (`addons/rpc/controllers/json2.py` binds the
+//! body with `inspect.signature(...).bind`: an unknown keyword is a `422`), a call
+//! committed and then answered late (Odoo's in-transaction retries of
+//! `odoo/service/model.py` `retrying`, about 30 s), a concurrent insert of the same key
+//! (a `422 ValidationError` Odoo does not retry), and a front proxy's body limit (`413`).
 
 use std::{sync::PoisonError, time::Duration};
 
@@ -51,6 +62,68 @@ pub enum Fault {
         /// Size of the answer.
         bytes: usize,
     },
+    /// The module's methods declare no `**kwargs`: a body with a keyword they do not name
+    /// is a `422` ("got an unexpected keyword argument"), before the method runs.
+    NoKwargs,
+    /// The call is carried out and committed, then answered `seconds` later (past the
+    /// agent's timeout: it sees no answer for a call that took effect).
+    CommittedThenLate {
+        /// How long after the commit the answer comes.
+        seconds: u64,
+    },
+    /// `422 odoo.exceptions.ValidationError` from a concurrent insert of the same
+    /// acknowledgement or report key, nothing committed; the next call is served.
+    ConcurrentInsert,
+    /// A front proxy that answers `413` with its HTML page to a body over `bytes`.
+    BodyLimit {
+        /// Largest body let through.
+        bytes: usize,
+    },
+}
+
+/// The keywords `agent_register` and `agent_sync` name (`RegisterParams`, `SyncParams`):
+/// what a module without `**kwargs` accepts ([`Fault::NoKwargs`]).
+pub(crate) const REGISTER_KEYWORDS: &[&str] = &[
+    "protocol_version",
+    "cluster",
+    "agent",
+    "allowed_namespaces",
+    "capabilities",
+];
+/// See [`REGISTER_KEYWORDS`].
+pub(crate) const SYNC_KEYWORDS: &[&str] = &[
+    "protocol_version",
+    "cluster_uid",
+    "agent_instance",
+    "known",
+    "acks",
+    "reports",
+    "resync",
+    "more",
+    "last_error",
+];
+
+/// A timestamp as Odoo 19's `json_default` writes a `fields.Datetime` (`odoo/tools/json.py`
+/// via `fields.Datetime.to_string`): `YYYY-MM-DD HH:MM:SS`, UTC, no offset.
+pub(crate) fn odoo_datetime(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// `value[field]` as Odoo writes a datetime, when it is a timestamp.
+fn as_odoo_datetime(value: &mut Value, field: &str) {
+    if let Some(slot) = value.get_mut(field)
+        && let Some(t) = slot.as_str().and_then(|s| s.parse::<Timestamp>().ok())
+    {
+        *slot = Value::String(odoo_datetime(t));
+    }
+}
+
+/// werkzeug's HTML error page, as Odoo (or a proxy) sends it.
+fn html_error(status: StatusCode, title: &str, text: &str) -> Response {
+    let code = status.as_u16();
+    let page =
+        format!("<!doctype html>\n<html lang=en>\n<title>{code} {title}</title>\n<h1>{title}</h1>\n<p>{text}</p>\n");
+    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
 }
 
 pub(crate) fn odoo_error(status: StatusCode, name: &str, message: &str) -> Response {
@@ -95,7 +168,9 @@ impl Sim {
             operations: record.operations.values().map(|(_, o)| o.clone()).collect(),
             deletions: record.deletions.values().map(|(_, d)| d.clone()).collect(),
         };
-        serde_json::to_value(doc).ok()
+        let mut doc = serde_json::to_value(doc).ok()?;
+        as_odoo_datetime(&mut doc, "generated_at");
+        Some(doc)
     }
 
     /// The cluster of the bearer key, if the key is known.
@@ -133,6 +208,8 @@ impl Sim {
             max_reports_per_sync: Some(u32::try_from(self.max_reports_per_sync()).unwrap_or(u32::MAX)),
         };
         self.schedule_save();
+        let mut result = serde_json::to_value(&result).unwrap_or_default();
+        as_odoo_datetime(&mut result, "server_time");
         json_ok(&result)
     }
 
@@ -205,6 +282,7 @@ impl Sim {
             max_reports_per_sync: Some(u32::try_from(limit).unwrap_or(u32::MAX)),
         })
         .unwrap_or_default();
+        as_odoo_datetime(&mut result, "server_time");
         let at_rest = carried_nothing_up && desired.is_none();
         if let Some(d) = desired
             && let Some(object) = result.as_object_mut()
@@ -224,7 +302,28 @@ impl Sim {
     pub(crate) async fn json2(&self, model: &str, method: &str, headers: &HeaderMap, body: &Bytes) -> Response {
         let fault = self.fault.lock().unwrap_or_else(PoisonError::into_inner).clone();
         match fault {
-            Fault::None => {}
+            Fault::None | Fault::NoKwargs => {}
+            Fault::CommittedThenLate { seconds } => {
+                let response = self.serve(model, method, headers, body, &fault);
+                tokio::time::sleep(Duration::from_secs(seconds)).await;
+                return response;
+            }
+            Fault::ConcurrentInsert => {
+                self.set_fault(Fault::None);
+                return odoo_error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "odoo.exceptions.ValidationError",
+                    "The operation cannot be completed: One report per cluster and object.",
+                );
+            }
+            Fault::BodyLimit { bytes } if body.len() > bytes => {
+                return html_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Request Entity Too Large",
+                    "The data value transmitted exceeds the capacity limit.",
+                );
+            }
+            Fault::BodyLimit { .. } => {}
             Fault::Unavailable => {
                 return (
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -254,15 +353,32 @@ impl Sim {
                 return json_ok(&json!({"protocol_version": "1.0", "filler": filler}));
             }
         }
+        self.serve(model, method, headers, body, &fault)
+    }
+
+    /// The call itself, as Odoo's JSON-2 controller serves it.
+    fn serve(&self, model: &str, method: &str, headers: &HeaderMap, body: &Bytes, fault: &Fault) -> Response {
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"));
+        if !json {
+            return html_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Unsupported Media Type",
+                "Request inferred type is compatible with [&#39;http&#39;] but &#39;/json/2/&lt;model&gt;/&lt;method&gt;&#39; is type=&#39;json2&#39;.\n\nPlease verify the Content-Type request header and try again.",
+            );
+        }
         if let (Some(want), Some(got)) = (
             &self.config.database,
             headers.get("x-odoo-database").and_then(|v| v.to_str().ok()),
         ) && want != got
         {
-            return odoo_error(
+            // Odoo answers a database it does not serve before any JSON-2 routing: HTML.
+            return html_error(
                 StatusCode::NOT_FOUND,
-                names::NOT_FOUND,
-                &format!("database {got:?} not found"),
+                "Not Found",
+                "The requested URL was not found on the server. If you entered the URL manually please check your spelling and try again.",
             );
         }
         let Some(cluster) = self.authenticate(headers) else {
@@ -292,6 +408,23 @@ impl Sim {
                 );
             }
         };
+        if *fault == Fault::NoKwargs {
+            let named = if method == protocol::METHOD_REGISTER {
+                REGISTER_KEYWORDS
+            } else {
+                SYNC_KEYWORDS
+            };
+            if let Some(unknown) = params
+                .as_object()
+                .and_then(|o| o.keys().find(|k| !named.contains(&k.as_str())))
+            {
+                return odoo_error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "werkzeug.exceptions.UnprocessableEntity",
+                    &format!("got an unexpected keyword argument '{unknown}'"),
+                );
+            }
+        }
         let version = params
             .get("protocol_version")
             .and_then(Value::as_str)

@@ -113,7 +113,8 @@ enum Command {
         #[arg(long)]
         spec: PathBuf,
     },
-    /// Inject a fault: none, unavailable, server_error, malformed, hang:<seconds>, oversize:<bytes>.
+    /// Inject a fault: none, unavailable, server_error, malformed, hang:<seconds>, oversize:<bytes>,
+    /// no_kwargs, committed_then_late:<seconds>, concurrent_insert, body_limit:<bytes>.
     Fault { mode: String },
     /// Push mode for a cluster: the simulator calls the agent's endpoint (apply on every
     /// intent change, status every --poll-seconds) instead of waiting for agent_sync.
@@ -280,6 +281,10 @@ async fn main() -> anyhow::Result<()> {
             let body = match mode.split_once(':') {
                 Some(("hang", s)) => json!({"mode": "hang", "seconds": s.parse::<u64>()?}),
                 Some(("oversize", b)) => json!({"mode": "oversize", "bytes": b.parse::<usize>()?}),
+                Some(("committed_then_late", s)) => {
+                    json!({"mode": "committed_then_late", "seconds": s.parse::<u64>()?})
+                }
+                Some(("body_limit", b)) => json!({"mode": "body_limit", "bytes": b.parse::<usize>()?}),
                 _ => json!({"mode": mode}),
             };
             admin(&cli.url, Method::PUT, "/sim/fault", Some(body)).await

@@ -147,7 +147,13 @@ async fn register_binds_the_uid_and_sync_serves_revisions() {
     )
     .await;
     assert_eq!(s, 200, "{body}");
-    let result: RegisterResult = serde_json::from_value(body).unwrap();
+    // server_time as an ordinary Odoo module answers it; the agent reads it as UTC.
+    let time = body["server_time"].as_str().unwrap().to_owned();
+    assert!(
+        time.len() == 19 && time.as_bytes()[10] == b' ' && !time.contains('T'),
+        "{time}"
+    );
+    let result: RegisterResult = protocol::odoo_compat::decode(&body).unwrap();
     assert_eq!(result.cluster_id, 1);
     let (s, body) = call(
         &sim,
@@ -185,7 +191,12 @@ async fn register_binds_the_uid_and_sync_serves_revisions() {
         sync_params(Value::Null),
     )
     .await;
-    let doc: DesiredState = serde_json::from_value(body["desired"].clone()).unwrap();
+    assert_eq!(
+        body["desired"]["generated_at"].as_str().map(str::len),
+        Some(19),
+        "{body}"
+    );
+    let doc: DesiredState = protocol::odoo_compat::decode(&body["desired"]).unwrap();
     assert_eq!((doc.revision, doc.applications.len()), (1, 1));
     let epoch = doc.epoch.clone();
 
@@ -225,7 +236,7 @@ async fn register_binds_the_uid_and_sync_serves_revisions() {
         sync_params(json!({"epoch": epoch, "revision": 1})),
     )
     .await;
-    let doc: DesiredState = serde_json::from_value(body["desired"].clone()).unwrap();
+    let doc: DesiredState = protocol::odoo_compat::decode(&body["desired"]).unwrap();
     assert!(doc.applications.is_empty());
     assert_eq!(doc.deletions[0].uid.as_deref(), Some("u1"));
 
@@ -524,7 +535,7 @@ async fn calls_and_bytes_are_counted_and_syncs_at_rest_told_apart() {
     assert_eq!((stats.sync.calls, stats.sync.errors), (4, 1));
     assert_eq!((stats.sync_at_rest.calls, stats.sync_at_rest.errors), (1, 0));
     assert_eq!(stats.sync_at_rest.request_body_bytes, rest_len);
-    let answer = serde_json::to_string(&SyncResult {
+    let mut answer = serde_json::to_value(SyncResult {
         protocol_version: PROTOCOL_VERSION,
         server_time: Timestamp::now(),
         desired: None,
@@ -533,14 +544,9 @@ async fn calls_and_bytes_are_counted_and_syncs_at_rest_told_apart() {
         max_reports_per_sync: Some(crate::MAX_REPORTS_PER_SYNC as u32),
     })
     .unwrap();
-    // The server time's fraction of a second may be shorter; nothing else varies.
-    let diff = stats.sync_at_rest.response_body_bytes.abs_diff(answer.len() as u64);
-    assert!(
-        diff <= 9,
-        "{} vs {}",
-        stats.sync_at_rest.response_body_bytes,
-        answer.len()
-    );
+    answer["server_time"] = json!(json2::odoo_datetime(Timestamp::now()));
+    // Odoo's datetimes have no fraction of a second: nothing varies.
+    assert_eq!(stats.sync_at_rest.response_body_bytes, answer.to_string().len() as u64);
     assert!(stats.sync.response_body_bytes > 4 * stats.sync_at_rest.response_body_bytes / 2);
     // Headers: the request line, authorization, content-type, ...; the status line, content-type, length, date.
     assert!(stats.sync_at_rest.request_header_bytes > 100, "{stats:?}");
@@ -589,4 +595,170 @@ async fn a_push_target_is_checked_kept_across_restarts_and_its_token_never_shown
     assert_eq!(again.view("edge-1").unwrap()["mode"], "pull");
     assert!(again.push_target("edge-1").is_none());
     let _ = std::fs::remove_file(&path);
+}
+
+/// A request to the JSON-2 route with these headers and body; the status, content type and
+/// body text.
+async fn raw_call(sim: &Sim, headers: &[(&str, &str)], body: String) -> (u16, String, String) {
+    let mut req = Request::builder()
+        .method("POST")
+        .uri("/json/2/vworkspace.cluster/agent_sync");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = router(sim.clone())
+        .oneshot(req.body(Body::from(body)).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let kind = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, kind, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test]
+async fn what_odoo_answers_before_the_method_runs_is_what_odoo_19_answers() {
+    let sim = sim();
+    let auth = format!("bearer {KEY}");
+    let body = sync_params(Value::Null).to_string();
+    // No JSON content type: werkzeug's 415 page (odoo/http.py _set_request_dispatcher).
+    let (s, kind, text) = raw_call(&sim, &[("authorization", &auth)], body.clone()).await;
+    assert_eq!((s, kind.as_str()), (415, "text/html; charset=utf-8"));
+    assert!(text.contains("Please verify the Content-Type request header"), "{text}");
+    // A database this Odoo does not serve: an HTML 404, not a JSON-2 error.
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+        ("x-odoo-database", "other"),
+    ];
+    let (s, kind, text) = raw_call(&sim, &headers, body.clone()).await;
+    assert_eq!((s, kind.as_str()), (404, "text/html; charset=utf-8"), "{text}");
+    // A module without **kwargs refuses a keyword it does not name, before the method runs.
+    call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_register",
+        Some(KEY),
+        register_params("uid-1"),
+    )
+    .await;
+    sim.set_fault(Fault::NoKwargs);
+    let mut params = sync_params(Value::Null);
+    params["newer_field"] = json!(1);
+    let (s, body) = call(&sim, "POST", "/json/2/vworkspace.cluster/agent_sync", Some(KEY), params).await;
+    assert_eq!(
+        (s, body["name"].as_str(), body["message"].as_str()),
+        (
+            422,
+            Some("werkzeug.exceptions.UnprocessableEntity"),
+            Some("got an unexpected keyword argument 'newer_field'")
+        )
+    );
+    // Every keyword the agent sends is named.
+    let (s, body) = call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_sync",
+        Some(KEY),
+        sync_params(Value::Null),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+}
+
+#[test]
+fn a_module_without_kwargs_names_every_field_the_agent_sends() {
+    use protocol::messages::{AgentError, ResyncMarker, SyncParams};
+    let params = SyncParams {
+        protocol_version: PROTOCOL_VERSION,
+        cluster_uid: "u".into(),
+        agent_instance: "a".into(),
+        known: Some(protocol::messages::Cursor {
+            epoch: "e".into(),
+            revision: 1,
+        }),
+        acks: Vec::new(),
+        reports: Vec::new(),
+        resync: Some(ResyncMarker {
+            id: "r".into(),
+            batch: 0,
+            last_batch: true,
+        }),
+        more: true,
+        last_error: Some(AgentError {
+            reason: "R".into(),
+            message: "m".into(),
+            attempts: 1,
+            since: Timestamp::now(),
+        }),
+    };
+    let value = serde_json::to_value(params).unwrap();
+    for key in value.as_object().unwrap().keys() {
+        assert!(json2::SYNC_KEYWORDS.contains(&key.as_str()), "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_call_committed_then_answered_late_has_taken_effect_and_a_concurrent_insert_is_refused_once() {
+    let sim = sim();
+    call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_register",
+        Some(KEY),
+        register_params("uid-1"),
+    )
+    .await;
+    sim.set_fault(Fault::CommittedThenLate { seconds: 1 });
+    let mut params = sync_params(Value::Null);
+    params["reports"] = json!([op_report("b1", "pending", "10")]);
+    let started = std::time::Instant::now();
+    let (s, _) = call(&sim, "POST", "/json/2/vworkspace.cluster/agent_sync", Some(KEY), params).await;
+    assert_eq!(s, 200);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    // Committed before the answer: the report is there.
+    assert!(
+        sim.view("edge-1").unwrap()["reports"]
+            .as_object()
+            .is_some_and(|r| !r.is_empty())
+    );
+
+    sim.set_fault(Fault::ConcurrentInsert);
+    let (s, body) = call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_sync",
+        Some(KEY),
+        sync_params(Value::Null),
+    )
+    .await;
+    assert_eq!(
+        (s, body["name"].as_str()),
+        (422, Some("odoo.exceptions.ValidationError"))
+    );
+    let (s, _) = call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_sync",
+        Some(KEY),
+        sync_params(Value::Null),
+    )
+    .await;
+    assert_eq!(s, 200, "served again after one refusal");
+
+    sim.set_fault(Fault::BodyLimit { bytes: 64 });
+    let (s, _) = call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_sync",
+        Some(KEY),
+        sync_params(Value::Null),
+    )
+    .await;
+    assert_eq!(s, 413);
 }

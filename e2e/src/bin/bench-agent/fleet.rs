@@ -226,7 +226,8 @@ impl FleetAgent {
             }
             resync = false;
             acks.clear();
-            match serde_json::from_value::<SyncResult>(answer) {
+            // Read as the agent reads Odoo's answers (the simulator writes Odoo's datetimes).
+            match protocol::odoo_compat::decode::<SyncResult>(&answer) {
                 Ok(result) => {
                     if let Some(doc) = result.desired
                         && known.as_ref() != Some(&doc.cursor())
