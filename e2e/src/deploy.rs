@@ -185,17 +185,22 @@ pub fn to_yaml(docs: &[&Value]) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Creates namespace `name` unless it exists; returns whether it was created.
+/// Creates namespace `name` unless it exists; returns whether it was created (by this call:
+/// test files run side by side, so another process may create it between the get and the
+/// create).
 pub async fn ensure_namespace(name_: &str) -> anyhow::Result<bool> {
-    if kubectl(&["get", "namespace", name_, "--ignore-not-found", "-o", "name"], None)
+    if !kubectl(&["get", "namespace", name_, "--ignore-not-found", "-o", "name"], None)
         .await?
         .trim()
         .is_empty()
     {
-        kubectl(&["create", "namespace", name_], None).await?;
-        return Ok(true);
+        return Ok(false);
     }
-    Ok(false)
+    match kubectl(&["create", "namespace", name_], None).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.to_string().contains("(AlreadyExists)") => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The user name of a ServiceAccount, as the API server authenticates it.
