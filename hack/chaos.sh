@@ -15,6 +15,11 @@ build_operator_bins
 if [[ -z ${CHAOS_PHASES:-} || ,${CHAOS_PHASES// /}, == *,odoo,* ]]; then
   "$HACK_DIR/odoo.sh" deps
   "$HACK_DIR/odoo.sh" db-up
+  # PostgreSQL is started again where it listens on TCP, this (the host's) network namespace,
+  # which a process inside the cluster's cannot name: give it a name for the run.
+  export VWS_HOST_NETNS="vws-host-$$"
+  ip netns attach "$VWS_HOST_NETNS" $$
+  trap 'ip netns delete "$VWS_HOST_NETNS" 2>/dev/null || true' EXIT
 fi
 "$HACK_DIR/cluster.sh" exec "$REPO_ROOT/target/debug/chaos" 2>&1 \
   | tee "${CHAOS_LOG:-$REPO_ROOT/target/chaos.log}" | grep --line-buffered -E '^CHAOS|panicked|Error'

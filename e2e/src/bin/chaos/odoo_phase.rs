@@ -148,17 +148,21 @@ async fn relay(client: TcpStream, upstream_port: u16, owed: &AtomicU32, lost: &A
     result
 }
 
-/// `hack/odoo.sh ARGS` in the host's network namespace (PostgreSQL listens there; only its
-/// Unix socket is shared with the cluster's namespace).
-async fn odoo_sh_on_host(args: &[&str]) -> anyhow::Result<()> {
+/// `hack/odoo.sh ARGS`, in the host's network namespace when `on_host` (PostgreSQL listens
+/// on TCP there; only its Unix socket is shared with the cluster's namespace): `hack/chaos.sh`
+/// names it `VWS_HOST_NETNS` for the run.
+async fn odoo_sh(args: &[&str], on_host: bool) -> anyhow::Result<()> {
     let script = e2e::repo_root().join("hack/odoo.sh");
-    let out = tokio::process::Command::new("nsenter")
-        .args(["--net=/proc/1/ns/net", "--"])
-        .arg(&script)
-        .args(args)
-        .output()
-        .await
-        .context("running hack/odoo.sh")?;
+    let mut cmd = if on_host {
+        let host = std::env::var("VWS_HOST_NETNS")
+            .context("VWS_HOST_NETNS is not set: run the real-Odoo phase through hack/chaos.sh")?;
+        let mut cmd = tokio::process::Command::new("ip");
+        cmd.args(["netns", "exec", &host]).arg(&script);
+        cmd
+    } else {
+        tokio::process::Command::new(&script)
+    };
+    let out = cmd.args(args).output().await.context("running hack/odoo.sh")?;
     anyhow::ensure!(
         out.status.success(),
         "hack/odoo.sh {}: {}{}",
@@ -174,7 +178,7 @@ async fn odoo_sh_on_host(args: &[&str]) -> anyhow::Result<()> {
 async fn postgresql_up() -> anyhow::Result<()> {
     let mut last = None;
     for _ in 0..20 {
-        match odoo_sh_on_host(&["db-up"]).await {
+        match odoo_sh(&["db-up"], true).await {
             Ok(()) => return Ok(()),
             Err(e) => last = Some(e),
         }
@@ -347,7 +351,7 @@ impl ControlPlane {
                 self.odoo.start_again().await?;
             }
             "postgresql" => {
-                odoo_sh_on_host(&["db-kill"]).await?;
+                odoo_sh(&["db-kill"], false).await?;
                 tokio::time::sleep(pause).await;
                 postgresql_up().await?;
             }
