@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `just chaos`: SIGKILL every binary at seeded random moments during install, upgrade,
 # backup and restore, then stop the API server (2 min) and the control plane (5 min) under
-# load, and count what was lost (must be 0). About twenty minutes; not part of CI.
+# load, and count what was lost (must be 0). About 25 minutes; not part of CI.
 # Last, real Odoo 19 and PostgreSQL as the control plane, killed, and an answer Odoo committed
 # lost on its way. Environment: CHAOS_SEED (18), CHAOS_KILLS (10 per binary),
 # CHAOS_API_OUTAGE (120 s), CHAOS_CP_OUTAGE (300 s), CHAOS_ODOO_FAULTS (5 of each),
