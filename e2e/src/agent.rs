@@ -395,6 +395,21 @@ pub async fn start_agent(
     tag: &str,
     extra: &[&str],
 ) -> anyhow::Result<AgentProcess> {
+    start_pull_agent(ctx, &sim.url, &sim.cluster, key_file, tag, extra).await
+}
+
+/// Starts a pull agent for the test namespace against the control plane at `url` as cluster
+/// `cluster` (the simulator's or a real Odoo's), with the key in `key_file`, its own status
+/// ConfigMap (`tag`) and `extra` flags, and waits until its admin server answers (started
+/// again on new addresses if it lost the race for one).
+pub async fn start_pull_agent(
+    ctx: &TestContext,
+    url: &str,
+    cluster: &str,
+    key_file: &std::path::Path,
+    tag: &str,
+    extra: &[&str],
+) -> anyhow::Result<AgentProcess> {
     let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
     grant_status_configmap(&status_configmap).await?;
     let key = key_file.to_string_lossy().into_owned();
@@ -402,9 +417,9 @@ pub async fn start_agent(
         let admin_addr = free_loopback_addr()?.to_string();
         let channel_addr = free_loopback_addr()?.to_string();
         let mut args = PullAgentFlags {
-            control_plane_url: &sim.url,
+            control_plane_url: url,
             key_file: &key,
-            cluster: &sim.cluster,
+            cluster,
             namespace: &ctx.namespace,
             admin_addr: &admin_addr,
             channel_addr: &channel_addr,

@@ -28,7 +28,7 @@ use tokio::process::Command;
 
 use crate::{
     TestContext,
-    agent::{AGENT_TIMEOUT, AgentProcess, PullAgentFlags, grant_status_configmap, work_dir},
+    agent::{AgentProcess, PullAgentFlags, work_dir},
     cluster_dir, eventually, log_tail,
     peer::Peer,
     process::{ControllerProcess, free_loopback_addr, retry_address_race},
@@ -827,44 +827,9 @@ pub async fn start_agent_at(
     tag: &str,
     extra: &[&str],
 ) -> anyhow::Result<AgentProcess> {
-    let status_configmap = format!("agent-status-{}{tag}", ctx.namespace);
-    grant_status_configmap(&status_configmap).await?;
-    let key = key_file.to_string_lossy().into_owned();
-    retry_address_race(async || {
-        let admin_addr = free_loopback_addr()?.to_string();
-        let channel_addr = free_loopback_addr()?.to_string();
-        let mut args = PullAgentFlags {
-            control_plane_url: url,
-            key_file: &key,
-            cluster,
-            namespace: &ctx.namespace,
-            admin_addr: &admin_addr,
-            channel_addr: &channel_addr,
-            status_configmap: &status_configmap,
-        }
-        .args();
-        args.extend_from_slice(&["--database", database]);
-        args.extend_from_slice(extra);
-        let process = ControllerProcess::start(
-            ctx.process_scope(),
-            "agent",
-            &format!("agent-{}{tag}", ctx.namespace),
-            &args,
-            &[
-                ("POD_NAMESPACE", crate::deploy::SYSTEM_NAMESPACE),
-                ("RUST_LOG", "debug,tower=info,h2=info"),
-            ],
-        )
-        .await?;
-        process.wait_http_ok(&admin_addr, "/livez", AGENT_TIMEOUT).await?;
-        Ok(AgentProcess {
-            process,
-            admin_addr,
-            status_configmap: status_configmap.clone(),
-            status_channel: format!("http://{channel_addr}"),
-        })
-    })
-    .await
+    let mut args = vec!["--database", database];
+    args.extend_from_slice(extra);
+    crate::agent::start_pull_agent(ctx, url, cluster, key_file, tag, &args).await
 }
 
 /// What the Odoo tests do with the peer cluster ([`Peer`]).
