@@ -88,9 +88,10 @@ odoo-check:
 # reference Odoo addon's tests, the monitoring kit's rules, e2e.
 test: check-generated fmt-check deny lint unit odoo-check monitoring-check e2e
 
-# The main job: a real local cluster with the operator and a sample app (`just demo push`:
-# the agent in push mode, the simulator calling it).
-demo mode="pull":
+# The main job: a real local cluster with the operator, a sample app and real Odoo 19 with the
+# reference addon as the control plane (`just demo sim`: the simulator instead of Odoo;
+# `just demo push`: the agent in push mode, the simulator calling it).
+demo mode="odoo":
     hack/demo.sh {{mode}}
 
 # Chaos, measured: SIGKILL each binary at seeded random points, stop the API server and the

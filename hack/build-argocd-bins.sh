@@ -28,7 +28,7 @@ ensure_redis() {
   command -v redis-server >/dev/null && return 0
   [[ $EUID -eq 0 ]] || die "redis-server is missing; install it (apt-get install redis-server) or run as root"
   log "installing redis-server from Debian"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } >&2 \
+  "$HACK_DIR/apt-install.sh" redis-server >&2 \
     || die "installing redis-server failed"
 }
 if have_all; then [[ ${1:-} == --no-build ]] || ensure_redis; echo "$ARGOCD_DIR"; exit 0; fi

@@ -81,7 +81,7 @@ busybox_bin() { # the static busybox of Debian's busybox-static, installed if mi
   if ! file -L /bin/busybox 2>/dev/null | grep -q 'statically linked'; then
     [[ $(id -u) == 0 ]] || die "needs Debian's busybox-static (/bin/busybox, static): apt-get install -y busybox-static"
     log "installing busybox-static"
-    apt-get update -qq && apt-get install -y -qq busybox-static >/dev/null
+    "$HACK_DIR/apt-install.sh" busybox-static
   fi
   file -L /bin/busybox | grep -q 'statically linked' || die "/bin/busybox is not statically linked"
 }

@@ -84,7 +84,7 @@ ensure_seccomp_dev() {
   command -v gcc >/dev/null && command -v pkg-config >/dev/null && pkg-config --exists libseccomp && return
   if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
     log "installing Debian packages gcc, pkg-config and libseccomp-dev (runc with seccomp needs them)"
-    apt-get update -qq && apt-get install -y -qq gcc pkg-config libseccomp-dev >/dev/null
+    "$HACK_DIR/apt-install.sh" gcc pkg-config libseccomp-dev
   fi
   pkg-config --exists libseccomp || die "runc needs libseccomp-dev, pkg-config and gcc (Debian: apt-get install -y libseccomp-dev pkg-config gcc)"
 }

@@ -598,8 +598,17 @@ cmd_down() {
     for pid in $(ip netns pids "$NETNS" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$NETNS" || true
   fi
-  # The demo's processes (and any other started here) recorded pidfiles too; all are dead now,
-  # and a stale one could later name a reused pid.
+  # The demo's processes (and any other started here) recorded pidfiles too. Those inside the
+  # namespace are dead now; one outside it (the demo's bridge of Odoo's port to this machine's
+  # loopback) is stopped here. Then the files go: a stale one could later name a reused pid.
+  local f
+  for f in "$PID_DIR"/*.pid; do
+    [[ -f $f ]] || continue
+    pid=$(cat "$f" 2>/dev/null) || continue
+    # Only a process of this checkout's hack/ (a pid may have been reused since).
+    [[ $pid =~ ^[0-9]+$ ]] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$HACK_DIR/" &&
+      kill "$pid" 2>/dev/null || true
+  done
   rm -f "$PID_DIR"/*.pid
   # demo/ is the simulator's record of this cluster (its key, bound to this cluster's identity
   # on first contact): a new cluster gets a new record, or the agent is refused ClusterMismatch.

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # The main job, end to end as the product runs: a real local cluster (built and cached
 # on first run) with Flux and Velero; the app controller and the four day-2 engines; the
-# connectivity agent in pull mode; and odoo-sim, the SIMULATOR of the Odoo control plane
-# (not Odoo). The sample application is declared as intent in the simulator, the agent
-# pulls it and applies an ApplicationInstance, Flux installs the chart, and the status
-# travels back (through the gRPC status channel) until the simulator shows it ready.
-# Then day-2, as Odoo drives it: a Backup, an Upgrade, and a failing Upgrade that is
-# rolled back and restored by itself; each step is one Operation declared in the
-# simulator and followed as the simulator sees it. It ends with the simulator's view.
-# `just demo push` runs the agent in push mode instead: the simulator, playing the Odoo
-# module's push side, calls the agent's endpoint with the document and polls its status
-# (plain http with --push-insecure-http: a development setting, as --insecure-allow-http
-# is for pull mode).
+# connectivity agent in pull mode; and the control plane: a REAL Odoo 19 (VWS_ODOO_SRC,
+# default ../shared/odoo-19) with the reference addon `vworkspace` on Debian's PostgreSQL
+# (docs/connectivity/odoo-addon.md). The sample application is declared as an Odoo record
+# (Applications → New, as a person does; hack/demo_odoo.py over JSON-2 as Odoo's admin), the
+# agent pulls it and applies an ApplicationInstance, Flux installs the chart, and the status
+# travels back (through the gRPC status channel) until Odoo shows it ready. Then day-2, as
+# Odoo drives it: a Backup, an Upgrade, and a failing Upgrade that is rolled back and
+# restored by itself; each step is one Operation record, followed as Odoo shows it. It ends
+# with headless Chromium reading Odoo's web client (hack/odoo_browser.py: the lists a person
+# sees, checked against what the story did) and prints the web client's URL and a login.
+# `just demo sim` runs the same story against odoo-sim, the SIMULATOR of the control plane
+# (not Odoo), and `just demo push` runs the agent in push mode against the simulator, which
+# plays the module's push side: it calls the agent's endpoint with the document and polls
+# its status (plain http with --push-insecure-http: a development setting, as
+# --insecure-allow-http is for pull mode). The reference addon has no push side
+# (docs/connectivity/odoo-addon.md, "Push mode").
 # The sample app's pods run on the cluster's real node (real-node-0: containerd, runc,
 # kubelet), from images built here (hack/build-images.sh, never pulled), and the demo
 # asks its Service for the greeting after each step. With VWS_REAL_NODE=0 (no real node)
@@ -19,13 +24,18 @@
 # Leaves everything running; `just cluster-down` stops it all.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
-MODE=${1:-pull}
-[[ $MODE == pull || $MODE == push ]] || die "usage: just demo [pull|push]"
+MODE=${1:-odoo}
+[[ $MODE == pull ]] && MODE=sim   # the name of the simulator's pull demo before Odoo was real
+[[ $MODE == odoo || $MODE == sim || $MODE == push ]] || die "usage: just demo [odoo|sim|push]"
 T0=$SECONDS
 
 # Ports of the demo's own processes, used by no other recipe (e2e tests and benchmarks
 # pick free ports at run time), so the demo can keep running beside them.
 SIM_URL=http://127.0.0.1:18069
+# Odoo: inside the cluster's network namespace on this port, carried out to the same port on
+# this machine's loopback (hack/netns-bridge.py) for a person's browser.
+ODOO_PORT=18169
+ODOO_URL=http://127.0.0.1:$ODOO_PORT
 CHANNEL=127.0.0.1:19091
 PUSH_ADDR=127.0.0.1:18443
 declare -A ADMIN=([app-controller]=18090 [runbook-engine]=18091 [agent]=18092
@@ -38,6 +48,11 @@ DEMO_SCOPE="--watch-namespace $NS --allowed-namespaces $NS"
 BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
 BINARIES=(odoo-sim "${OPERATOR_IMAGE_BINARIES[@]}")
 
+if [[ $MODE == odoo ]]; then
+  # Before the cluster: a missing Odoo source or package fails in seconds, not after the build.
+  "$HACK_DIR/odoo.sh" deps
+  "$HACK_DIR/odoo.sh" db-up   # outside the network namespace: PostgreSQL's socket crosses it
+fi
 "$HACK_DIR/cluster.sh" up
 source "$CLUSTER_DIR/env"
 kubectl_() { "$HACK_DIR/cluster.sh" exec "$VWS_BIN_DIR/kubectl" "$@"; }
@@ -91,7 +106,8 @@ check_alive() {
   done
 }
 
-# start NAME READY_URL ARGS...: (re)starts a process in the cluster's network namespace.
+# start NAME READY ARGS...: (re)starts a process in the cluster's network namespace and waits
+# until READY (a URL that answers, or a path that exists) for START_TRIES half-seconds (60).
 start() {
   local name=$1 ready=$2; shift 2
   local pidfile="$CLUSTER_DIR/pids/$name.pid"
@@ -102,8 +118,9 @@ start() {
   ip netns exec "$VWS_NETNS" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$pidfile" \
     env KUBECONFIG="$KUBECONFIG" "$@" >> "$CLUSTER_DIR/logs/$name.log" 2>&1 < /dev/null &
   for _ in $(seq 50); do [[ -s $pidfile ]] && break; sleep 0.1; done
-  for _ in $(seq 60); do
-    in_ns curl -fsS "$ready" >/dev/null 2>&1 && { log "$name ready (log $CLUSTER_DIR/logs/$name.log)"; return; }
+  for _ in $(seq "${START_TRIES:-60}"); do
+    if [[ $ready == http* ]]; then in_ns curl -fsS "$ready" >/dev/null 2>&1; else [[ -e $ready ]]; fi &&
+      { log "$name ready (log $CLUSTER_DIR/logs/$name.log)"; return; }
     check_alive "$name"
     sleep 0.5
   done
@@ -111,19 +128,80 @@ start() {
 }
 admin() { echo "http://127.0.0.1:${ADMIN[$1]}"; }
 
-# The simulator keeps its state in a file, so a re-run finds its cluster record again.
+# stop NAME: stops a process start() started (a re-run in another mode leaves the other control plane).
+stop() {
+  local pidfile="$CLUSTER_DIR/pids/$1.pid"
+  if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then kill "$(cat "$pidfile")"; sleep 1; fi
+  rm -f "$pidfile"
+}
 key_file="$CLUSTER_DIR/demo/api-key"
-[[ -s $key_file ]] || python3 -c 'import secrets; print("vws-demo-" + secrets.token_hex(16), end="")' > "$key_file"
-start odoo-sim "$SIM_URL/sim/health" "$BIN/odoo-sim" serve --listen "${SIM_URL#http://}" \
-  --state-file "$CLUSTER_DIR/demo/sim-state.json" --cluster "$CLUSTER_NAME" --api-key-file "$key_file"
+if [[ $MODE == odoo ]]; then
+  stop odoo-sim
+  # One database per cluster directory (two checkouts' demos share PostgreSQL, not records).
+  # A new cluster gets a new database (`cluster.sh down` removes demo/, where the record's id
+  # is kept); a re-run keeps it, with the addon updated to this checkout's.
+  ODOO_DB="vws_demo_$(printf '%s' "$CLUSTER_DIR" | sha256sum | cut -c1-8)"
+  odoo_sh() { VWS_ODOO_DB_SOCKET=1 VWS_ODOO_LOG_DIR="$CLUSTER_DIR/logs/odoo" "$HACK_DIR/odoo.sh" "$@"; }
+  stop odoo; stop odoo-bridge; stop odoo-bridge-host
+  if [[ -s $CLUSTER_DIR/demo/odoo-cluster.json ]]; then
+    odoo_sh update "$ODOO_DB"
+  else
+    odoo_sh init "$ODOO_DB"
+  fi
+  # Keys made server-side (`odoo-bin shell`), as the addon's "Generate key" button does: the
+  # cluster's bot (scope rpc) for the agent, and one of admin for the demo's own calls.
+  odoo_sh cluster "$ODOO_DB" "$CLUSTER_NAME" rpc > "$CLUSTER_DIR/demo/odoo-cluster.json"
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["keys"]["rpc"], end="")' \
+    "$CLUSTER_DIR/demo/odoo-cluster.json" > "$key_file"
+  odoo_sh admin-key "$ODOO_DB" | tr -d '\n' > "$CLUSTER_DIR/demo/odoo-admin-key"
+  export VWS_DEMO_ODOO_URL="$ODOO_URL" VWS_DEMO_ODOO_DB="$ODOO_DB" VWS_DEMO_ODOO_KEY_FILE="$CLUSTER_DIR/demo/odoo-admin-key"
+  VWS_DEMO_CLUSTER_ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$CLUSTER_DIR/demo/odoo-cluster.json")
+  export VWS_DEMO_CLUSTER_ID
+  START_TRIES=240 start odoo "$ODOO_URL/web/login" env VWS_ODOO_DB_SOCKET=1 VWS_ODOO_SERVE_LOG="" \
+    "$HACK_DIR/odoo.sh" serve "$ODOO_DB" "$ODOO_PORT"
+  # Odoo's port on this machine's loopback: a Unix socket is a file, so it crosses the namespace.
+  bridge_sock="$CLUSTER_DIR/demo/odoo.sock"
+  rm -f "$bridge_sock"
+  start odoo-bridge "$bridge_sock" python3 "$HACK_DIR/netns-bridge.py" unix-to-tcp "$bridge_sock" "127.0.0.1:$ODOO_PORT"
+  # The same port number here, unless another checkout's demo holds it.
+  host_port=$(python3 -c '
+import socket, sys
+for port in [int(sys.argv[1])] + list(range(18170, 18200)):
+    try:
+        socket.create_server(("127.0.0.1", port)).close()
+        print(port); break
+    except OSError:
+        pass' "$ODOO_PORT")
+  [[ -n $host_port ]] || die "no free port on this machine's loopback for Odoo's web client (18169-18199)"
+  ODOO_HOST_URL=http://127.0.0.1:$host_port
+  setsid bash -c 'echo $$ > "$0"; exec "$@"' "$CLUSTER_DIR/pids/odoo-bridge-host.pid" \
+    python3 "$HACK_DIR/netns-bridge.py" tcp-to-unix "127.0.0.1:$host_port" "$bridge_sock" \
+    >> "$CLUSTER_DIR/logs/odoo-bridge-host.log" 2>&1 < /dev/null &
+  for _ in $(seq 40); do curl -fsS -o /dev/null "$ODOO_HOST_URL/web/login" 2>/dev/null && break; sleep 0.25; done
+  curl -fsS -o /dev/null "$ODOO_HOST_URL/web/login" || die "Odoo does not answer at $ODOO_HOST_URL (see $CLUSTER_DIR/logs/odoo-bridge-host.log)"
+  log "Odoo's web client: $ODOO_HOST_URL (database $ODOO_DB)"
+  # Odoo tells the agent its pace (the cluster's "Sync interval (s)", default 30): new intent
+  # is pulled within 5 s here.
+  in_ns python3 "$HACK_DIR/demo_odoo.py" sync-interval 5
+  start agent "$(admin agent)/livez" "$BIN/agent" \
+    --control-plane-url "$ODOO_URL" --database "$ODOO_DB" --insecure-allow-http --api-key-file "$key_file" \
+    --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr "127.0.0.1:${ADMIN[agent]}" \
+    --status-channel-addr "$CHANNEL" --sync-interval 5s   # new intent is pulled at the next sync (default 30s)
+else
+  stop odoo; stop odoo-bridge; stop odoo-bridge-host
+  # The simulator keeps its state in a file, so a re-run finds its cluster record again.
+  [[ -s $key_file ]] || python3 -c 'import secrets; print("vws-demo-" + secrets.token_hex(16), end="")' > "$key_file"
+  start odoo-sim "$SIM_URL/sim/health" "$BIN/odoo-sim" serve --listen "${SIM_URL#http://}" \
+    --state-file "$CLUSTER_DIR/demo/sim-state.json" --cluster "$CLUSTER_NAME" --api-key-file "$key_file"
+fi
 sim() { in_ns env ODOO_SIM_URL="$SIM_URL" "$BIN/odoo-sim" "$@"; }
-if [[ $MODE == pull ]]; then
+if [[ $MODE == sim ]]; then
   sim unset-push "$CLUSTER_NAME" >/dev/null   # a previous `just demo push` left a push target
   start agent "$(admin agent)/livez" "$BIN/agent" \
     --control-plane-url "$SIM_URL" --insecure-allow-http --api-key-file "$key_file" \
     --cluster-name "$CLUSTER_NAME" $DEMO_SCOPE --admin-addr "127.0.0.1:${ADMIN[agent]}" \
     --status-channel-addr "$CHANNEL" --sync-interval 5s   # new intent is pulled at the next sync (default 30s)
-else
+elif [[ $MODE == push ]]; then
   token_file="$CLUSTER_DIR/demo/push-token"
   [[ -s $token_file ]] || python3 -c 'import secrets; print("vws-push-" + secrets.token_hex(16), end="")' > "$token_file"
   start agent "$(admin agent)/livez" "$BIN/agent" \
@@ -147,6 +225,24 @@ for name in app-controller backup-engine restore-engine upgrade-engine runbook-e
     $DEMO_SCOPE ${EXTRA[$name]:-} --admin-addr "127.0.0.1:${ADMIN[$name]}" --status-channel-endpoint "http://$CHANNEL"
 done
 watch_all_running
+
+# The control plane's side of the story: Odoo's records (hack/demo_odoo.py) or the simulator's.
+if [[ $MODE == odoo ]]; then
+  control_plane() { in_ns python3 "$HACK_DIR/demo_odoo.py" "$@"; }
+  cp_set_app() { control_plane set-app "$NS" "$APP" "$1"; }        # SPEC_FILE or - (stdin)
+  cp_delete_app() { control_plane delete-app "$NS" "$APP"; }
+  cp_set_op() { control_plane set-op "$NS" "$1" -; }                # NAME; the spec on stdin
+  cp_line() { control_plane line "$1" "$NS" "$2"; }                 # KIND NAME
+  cp_table() { control_plane table; }
+  cp_agent_error() { control_plane agent-error; }
+else
+  cp_set_app() { sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec "$1" >/dev/null; }
+  cp_delete_app() { sim delete-app "$CLUSTER_NAME" "$NS" "$APP" >/dev/null; }
+  cp_set_op() { sim set-op "$CLUSTER_NAME" "$NS" "$1" --spec - >/dev/null; }
+  cp_line() { sim show "$CLUSTER_NAME" | python3 "$HACK_DIR/demo_view.py" line "$1" "$NS" "$2"; }
+  cp_table() { sim show "$CLUSTER_NAME" | python3 "$HACK_DIR/demo_view.py" table; }
+  cp_agent_error() { sim show "$CLUSTER_NAME" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("last_agent_error") or "none")'; }
+fi
 
 # follow KIND NAME DONE_REGEX SECONDS: prints each change of the simulator's view of one
 # object (Odoo's side) with the time since the step began, until the status matches
@@ -186,7 +282,7 @@ follow() {
   local kind=$1 name=$2 done_re=$3 secs=$4 t0=$SECONDS last="" line
   while :; do
     check_alive
-    line=$(sim show "$CLUSTER_NAME" 2>/dev/null | python3 "$HACK_DIR/demo_view.py" line "$kind" "$NS" "$name" || true)
+    line=$(cp_line "$kind" "$name" 2>/dev/null || true)
     if [[ -n $line && $line != "$last" ]]; then
       printf '  %6ss  %s\n' "$((SECONDS - t0))" "$line" >&2; last=$line
     fi
@@ -195,7 +291,7 @@ follow() {
     if (( SECONDS - t0 > secs )); then
       # The agent's last error as the simulator recorded it (e.g. a refused key) says why.
       local agent_error
-      agent_error=$(sim show "$CLUSTER_NAME" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin).get("last_agent_error") or "none")' || true)
+      agent_error=$(cp_agent_error 2>/dev/null || true)
       log "the namespace's pods and the real node, as the API server sees them:"
       describe_pods_and_node >&2 || true
       die "$kind $NS/$name: no '$done_re' after ${secs}s (last: ${line:-nothing}; the agent's last error: ${agent_error:-unknown}); logs in $CLUSTER_DIR/logs/"
@@ -225,7 +321,12 @@ step_done() { log "   done in $((SECONDS - STEP_T0))s: $*"; }
 kubectl_ create namespace "$NS" --dry-run=client -o yaml | kubectl_ apply --server-side --field-manager=vws-demo -f - >/dev/null
 if kubectl_ get applicationinstance -n "$NS" "$APP" >/dev/null 2>&1; then
   step "an earlier demo left $NS/$APP: Odoo deletes it first (explicit deletion intent)"
-  sim delete-app "$CLUSTER_NAME" "$NS" "$APP" >/dev/null
+  if [[ $MODE == odoo ]] && [[ $(cp_line ApplicationInstance "$APP") == not_declared* ]]; then
+    # A new database has no record of it (an earlier demo's, before `cluster.sh down`).
+    kubectl_ delete applicationinstance -n "$NS" "$APP" --wait=false >/dev/null
+  else
+    cp_delete_app
+  fi
   for _ in $(seq 240); do
     kubectl_ get applicationinstance -n "$NS" "$APP" >/dev/null 2>&1 || break
     check_alive; sleep 0.5
@@ -235,7 +336,7 @@ if kubectl_ get applicationinstance -n "$NS" "$APP" >/dev/null 2>&1; then
 fi
 
 step "install: Odoo declares $NS/$APP (chart demo-app 0.1.0); the agent pulls it, Flux installs it ($MODE mode)"
-sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec "$SPEC" >/dev/null
+cp_set_app "$SPEC"
 follow ApplicationInstance "$APP" ready 180
 step_done "$FOLLOWED"
 kubectl_ get applicationinstances,helmreleases,helmrepositories -n "$NS"
@@ -252,7 +353,7 @@ declare_op() {
   local name=$1 type=$2 params=$3 field
   field=$(tr '[:upper:]' '[:lower:]' <<<"$type")
   printf '{"type":"%s","applicationRef":{"name":"%s"},"requestId":"demo-%s","deadline":"%s","%s":%s}' \
-    "$type" "$APP" "$name" "$DEADLINE" "$field" "$params" | sim set-op "$CLUSTER_NAME" "$NS" "$name" --spec - >/dev/null
+    "$type" "$APP" "$name" "$DEADLINE" "$field" "$params" | cp_set_op "$name"
 }
 
 step "backup: Odoo asks for a Backup Operation (Velero, to S3 on loopback)"
@@ -268,7 +369,7 @@ follow Operation "$APP-upgrade-$RUN" 'succeeded|failed|expired|refused' 240
 # As protocol.md asks: the Operation now owns the version (the agent acknowledges the old
 # intent as a conflict), so Odoo adopts what is in force.
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); s["chart"]["version"]="0.2.0"; s["values"]["greeting"]=sys.argv[2]; print(json.dumps(s))' \
-  "$SPEC" "Hello again, from demo-app 0.2.0" | sim set-app "$CLUSTER_NAME" "$NS" "$APP" --spec - >/dev/null
+  "$SPEC" "Hello again, from demo-app 0.2.0" | cp_set_app -
 follow ApplicationInstance "$APP" ready 120
 served "Hello again, from demo-app 0.2.0"
 step_done "greeting now: $(kubectl_ get configmap "$APP-config" -n "$NS" -o jsonpath='{.data.greeting}')"
@@ -284,15 +385,40 @@ served "Hello again, from demo-app 0.2.0"
 step_done "rolled back to 0.2.0 and restored from the pre-upgrade backup; greeting: $(kubectl_ get configmap "$APP-config" -n "$NS" -o jsonpath='{.data.greeting}')"
 
 echo >&2
-log "what Odoo sees (odoo-sim show $CLUSTER_NAME, condensed):"
-sim show "$CLUSTER_NAME" | python3 "$HACK_DIR/demo_view.py" table
+if [[ $MODE == odoo ]]; then
+  log "what Odoo holds (its records of cluster $CLUSTER_NAME, condensed):"
+else
+  log "what the simulator holds (odoo-sim show $CLUSTER_NAME, condensed):"
+fi
+cp_table
 kubectl_ get operations -n "$NS"
+if [[ $MODE == odoo ]]; then
+  step "what a person sees: headless Chromium logs in to $ODOO_HOST_URL and reads the Applications and Operations lists"
+  expect=$(python3 -c 'import json, sys; app, run = sys.argv[1], sys.argv[2]; print(json.dumps({
+      "applications": [{"name": app, "status": "Ready", "deployed_chart_version": "0.2.0"}],
+      "operations": [{"name": f"{app}-backup-{run}", "status": "Succeeded"},
+                     {"name": f"{app}-upgrade-{run}", "status": "Succeeded"},
+                     {"name": f"{app}-broken-{run}", "status": "Failed"}]}))' "$APP" "$RUN")
+  "$HACK_DIR/odoo_browser.py" "$ODOO_HOST_URL" admin admin "$expect" "$CLUSTER_DIR/demo" \
+    || die "Odoo's web client does not show what the story did (expected: $expect)"
+  step_done "the web client shows $NS/$APP Ready on 0.2.0, the backup and the upgrade Succeeded, the broken upgrade Failed"
+fi
 log "demo finished in $((SECONDS - T0))s"
+if [[ $MODE == odoo ]]; then
+  cat <<MSG
+
+Odoo's web client: $ODOO_HOST_URL/odoo/vworkspace-applications   (login admin, password admin; database $ODOO_DB)
+  Applications, Operations and Clusters are under the vWorkspace menu; what Chromium saw:
+  $CLUSTER_DIR/demo/odoo-applications.png, $CLUSTER_DIR/demo/odoo-operations.png
+MSG
+fi
+SIM_HINT=""
+[[ $MODE == odoo ]] || SIM_HINT="  just in-cluster target/debug/odoo-sim --url $SIM_URL show $CLUSTER_NAME     # what the simulator holds, in full
+"
 cat <<MSG
 
 Everything keeps running (in network namespace $VWS_NETNS). Try:
-  just in-cluster target/debug/odoo-sim --url $SIM_URL show $CLUSTER_NAME     # what Odoo sees, in full
-  just in-cluster kubectl get ai,vop -A                                      # ApplicationInstances, Operations
+${SIM_HINT}  just in-cluster kubectl get ai,vop -A                                      # ApplicationInstances, Operations
   just in-cluster kubectl get configmap $APP-revisions -n $NS -o yaml            # the revision history
   just in-cluster kubectl get backups.velero.io,restores.velero.io -n velero
   just in-cluster curl -s http://127.0.0.1:${ADMIN[agent]}/metrics | grep vworkspace_agent

@@ -203,7 +203,7 @@ EOF
 node_packages() {
   command -v iptables >/dev/null && command -v conntrack >/dev/null && return
   log "installing Debian packages iptables conntrack (kube-proxy)"
-  apt-get update -qq && apt-get install -y -qq iptables conntrack >/dev/null
+  "$HACK_DIR/apt-install.sh" iptables conntrack
 }
 
 # import_images FILE...: OCI archives into the node's containerd (k8s.io namespace).

@@ -13,8 +13,10 @@
 #                              Odoo on 127.0.0.1:PORT serving only DB (foreground; exec: the
 #                              process is odoo-bin itself, so a signal to it stops Odoo)
 #   hack/odoo.sh admin-key DB  prints a new rpc API key of `admin` (1 day), for JSON-2 as admin
+#   hack/odoo.sh update DB     the vworkspace addon of DB updated (`-u vworkspace`) to this checkout's
 #   hack/odoo.sh cluster DB NAME [KEY...]
-#                              creates the vworkspace.cluster NAME (its bot user) and prints one
+#                              creates the vworkspace.cluster NAME (its bot user; an active record of
+#                              that name is reused, keeping its binding) and prints one
 #                              JSON line {"id", "name", "bot", "keys": {KEY: key}}; KEY is
 #                              `rpc` (a valid key), `expired` (scope rpc, expired an hour ago),
 #                              `expires-in:N` (scope rpc, valid for N seconds) or `scope:S`
@@ -47,7 +49,8 @@ fi
 LOG_DIR="${VWS_ODOO_LOG_DIR:-$REPO_ROOT/target/odoo}"
 PG_VERSION=15
 
-# Exactly the list of /work/shared/odoo-19/README.md (debian/control's Depends), plus PostgreSQL.
+# Exactly the list of /work/shared/odoo-19/README.md (debian/control's Depends), plus PostgreSQL,
+# plus the browser the demo drives.
 DEB_PACKAGES=(
   postgresql postgresql-client python3-babel python3-cbor2 python3-chardet
   python3-cryptography python3-dateutil python3-docutils python3-freezegun python3-geoip2
@@ -57,6 +60,8 @@ DEB_PACKAGES=(
   python3-rjsmin python3-qrcode python3-renderpm python3-reportlab python3-requests python3-stdnum
   python3-tz python3-urllib3 python3-vobject python3-werkzeug python3-xlsxwriter python3-xlrd
   python3-zeep python3-asn1crypto
+  # `just demo`'s check of what a person sees in Odoo's web client (hack/odoo_browser.py).
+  chromium python3-websocket
 )
 
 die() { echo "hack/odoo.sh: $*" >&2; exit 1; }
@@ -154,8 +159,7 @@ cmd_deps() {
     return
   fi
   echo "deps: installing ${missing[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  "$HACK_DIR/apt-install.sh" "${missing[@]}"
 }
 
 cmd_db_up() {
@@ -221,6 +225,21 @@ cmd_init() {
   t=$(now)
   install_db "$db" base,rpc,web,vworkspace "$log" || die "init of $db failed (log: $log)"
   echo "init: database $db created with base, rpc, web and vworkspace in $(took "$t") (log: $log)"
+}
+
+cmd_update() {
+  local db="${1:?usage: hack/odoo.sh update DB}" t log="$LOG_DIR/update-$1.log"
+  odoo_src >/dev/null
+  if [[ -n ${VWS_ODOO_DB_SOCKET:-} ]]; then ensure_socket_role; fi
+  t=$(now)
+  mkdir -p "$LOG_DIR"
+  : >"$log"
+  if ! odoo_bin "$db" -u vworkspace --stop-after-init --http-interface=127.0.0.1 --http-port="$(free_port)" \
+    --logfile="$log"; then
+    show_log_tail "$log"
+    die "update of vworkspace in $db failed (log: $log)"
+  fi
+  echo "update: vworkspace updated in $db in $(took "$t") (log: $log)"
 }
 
 cmd_test() {
@@ -324,7 +343,8 @@ import json, os
 from datetime import timedelta
 from odoo import fields
 name, wanted = os.environ["VWS_SHELL_NAME"], os.environ["VWS_SHELL_KEYS"].split()
-cluster = env["vworkspace.cluster"].sudo().create({"name": name})
+clusters = env["vworkspace.cluster"].sudo()
+cluster = clusters.search([("name", "=", name)], limit=1) or clusters.create({"name": name})
 bot_keys = env["res.users.apikeys"].with_user(cluster.bot_user_id).sudo()
 now = fields.Datetime.now()
 keys = {}
@@ -357,6 +377,7 @@ case "${1:-}" in
   db-kill) cmd_db_kill ;;
   test) cmd_test ;;
   init) shift; cmd_init "$@" ;;
+  update) shift; cmd_update "$@" ;;
   serve) shift; cmd_serve "$@" ;;
   admin-key) shift; cmd_admin_key "$@" ;;
   cluster) shift; cmd_cluster "$@" ;;
