@@ -336,10 +336,13 @@ type ReadyStep = (Option<String>, Option<String>, Option<i64>);
 
 /// Every status one ApplicationInstance was seen with, in order, from the moment this starts
 /// (the first entry is the status it had then). For a values change the app controller asks
-/// Flux for with a reconcile token (a `valuesFrom` ConfigMap changed; no new generation), a
-/// `Ready=True` that names no newer release than the one before is wrong once Ready has left
-/// `True` (the stale Ready from before the request), or when its reason is not the one it
-/// started with (a torn write: `UpgradeSucceeded` beside the previous history).
+/// Flux for with a reconcile token (a `valuesFrom` ConfigMap changed; no new generation), every
+/// step after the first with a `Ready=True` that names no newer release than the one before is
+/// wrong: the app was at rest when the watch began (no status writes at rest), so any later
+/// status was written after the change, and a `Ready=True` of the old release then is the stale
+/// Ready from before the request (relayed while Flux had not yet handled it) or a torn write
+/// (`UpgradeSucceeded` beside the previous history). An identical repeat counts too: a watch
+/// delivers a step only for a write, and the write was made after the change.
 pub struct ReadyTimeline {
     recorder: StatusRecorder<ReadyStep>,
 }
@@ -396,17 +399,12 @@ impl ReadyTimeline {
                     && newest.is_some_and(|r| r > before)),
             "the timeline never showed Ready=True {outcome} for a release after {before}: {seen:?}"
         );
-        let first_reason = seen.first().and_then(|(_, reason, _)| reason.clone());
-        let mut left_ready = false;
-        let mut wrong = Vec::new();
-        for step in &seen {
-            let (ready, reason, newest) = step;
-            if ready.as_deref() != Some("True") {
-                left_ready = true;
-            } else if newest.is_none_or(|r| r <= before) && (left_ready || *reason != first_reason) {
-                wrong.push(step.clone());
-            }
-        }
+        let wrong: Vec<ReadyStep> = seen
+            .iter()
+            .skip(1)
+            .filter(|(ready, _, newest)| ready.as_deref() == Some("True") && newest.is_none_or(|r| r <= before))
+            .cloned()
+            .collect();
         assert!(
             wrong.is_empty(),
             "Ready=True for revision {before} or older after the change: {wrong:?} in {seen:?}"
