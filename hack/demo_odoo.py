@@ -4,7 +4,6 @@
     demo_odoo.py set-app NAMESPACE NAME SPEC_FILE|-   declare (or change) an application
     demo_odoo.py delete-app NAMESPACE NAME            "Delete on cluster" (explicit deletion intent)
     demo_odoo.py set-op NAMESPACE NAME SPEC_FILE|-    declare an Operation (a spec as in the CRD)
-    demo_odoo.py adopt NAMESPACE NAME                 "Adopt what is in force" (ADR 0004)
     demo_odoo.py line KIND NAMESPACE NAME             "STATUS | details" of one record
     demo_odoo.py table                                every record of the cluster, one line each
     demo_odoo.py agent-error                          the cluster's last agent error, or "none"
@@ -160,11 +159,6 @@ def main(argv: list[str]) -> int:
         vals = op_vals(load_spec(args[2]))
         odoo.call("vworkspace.operation", "create",
                   vals_list=[{"cluster_id": odoo.cluster, "namespace": args[0], "name": args[1], **vals}])
-    elif cmd == "adopt" and len(args) == 2:
-        rec = odoo.find("vworkspace.application", args[0], args[1], ["id"])
-        if not rec:
-            raise SystemExit(f"demo_odoo: no application {args[0]}/{args[1]}")
-        odoo.call("vworkspace.application", "action_adopt_in_force", ids=[rec["id"]])
     elif cmd == "line" and len(args) == 3:
         kind, ns, name = args
         if kind == "ApplicationInstance":
