@@ -1,6 +1,7 @@
 # Part of vworkspace-operator. License LGPL-3.
 """Shared helpers: the golden files of crates/protocol/tests/golden/ (the repository's,
 read where they are, never copied) and a cluster whose bot calls the protocol."""
+import contextlib
 import copy
 import json
 import os
@@ -15,6 +16,29 @@ GOLDEN_DIR = os.environ.get('VWS_GOLDEN_DIR') or os.path.normpath(
 RFC3339_Z = re.compile(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$')
 # Answer members the golden files may lack (optional, or added by a later MINOR).
 OPTIONAL_ANSWER_FIELDS = {'max_reports_per_sync', 'next_sync_seconds', 'resync_requested', 'sync_interval_seconds'}
+
+
+# Golden file name -> ids of the tests in which it was compared, recorded at run time by the
+# comparison helpers below once their assertions passed (reading a file is not replaying it).
+# test_golden.TestEveryGoldenFileCompared, which runs after every other test of the addon,
+# fails on a file missing here.
+COMPARED = {}
+
+
+def record_comparison(name, test):
+    golden(name)  # a name that is not a golden file fails here, not silently
+    COMPARED.setdefault(name, set()).add(test.id())
+
+
+def assert_golden_error_body(test, body, name):
+    """``body`` (an error as JSON-2 answers it, or odoo.http.serialize_exception's dict) is the
+    golden error ``name``, its traceback (``debug``) aside."""
+    expected = golden(name)
+    test.assertEqual(set(body), set(expected), "members")
+    for key in ('name', 'message', 'context'):
+        test.assertEqual(body[key], expected[key], key)
+    test.assertEqual(list(body['arguments']), expected['arguments'], 'arguments')
+    record_comparison(name, test)
 
 
 def golden(name):
@@ -84,6 +108,21 @@ class VwsCase(TransactionCase):
 
     # -- comparisons ----------------------------------------------------------------------
 
+    def assertGoldenAnswer(self, result, name, **overrides):
+        """``result`` is the golden answer ``name`` (with ``overrides`` for the members only
+        known at run time, such as a record id): see assertAnswer."""
+        expected = golden(name)
+        expected.update(overrides)
+        self.assertAnswer(result, expected)
+        record_comparison(name, self)
+
+    @contextlib.contextmanager
+    def replaying(self, name):
+        """The golden input ``name``, for a block that sends it to the addon and checks what
+        the addon made of it: recorded as compared only when the block ends without failure."""
+        yield golden(name)
+        record_comparison(name, self)
+
     def assertAnswer(self, result, expected, timing=('server_time',)):
         """``result`` has every member of the golden answer with its value (the timing and
         Odoo's own protocol_version aside), and nothing else but optional members."""
@@ -111,8 +150,4 @@ class VwsCase(TransactionCase):
     def assertGoldenError(self, exc, name):
         """The error JSON-2 would answer (odoo/http.py serialize_exception) is the golden
         one, its traceback (``debug``) aside."""
-        body = serialize_exception(exc)
-        expected = golden(name)
-        for key in ('name', 'message', 'context'):
-            self.assertEqual(body[key], expected[key], key)
-        self.assertEqual(list(body['arguments']), expected['arguments'])
+        assert_golden_error_body(self, serialize_exception(exc), name)
