@@ -6,6 +6,43 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
+# Whether one of the e2e test files FILE... (names of e2e/tests/*.rs) uses the harness module
+# MODULE (`MODULE::` in its source): what a file needs beyond the cluster follows from it.
+e2e_uses() { # MODULE FILE...
+  local module=$1 f
+  shift
+  for f in "$@"; do
+    grep -qE "(^|[^[:alnum:]_])($module)::" "$REPO_ROOT/e2e/tests/$f.rs" && return 0
+  done
+  return 1
+}
+
+# What the test files FILE... need besides a running cluster, made ready here, outside the
+# network namespace (neither crates.io, the module proxy nor Debian is reachable inside it).
+# Each step is cheap when already done.
+prepare_e2e() { # FILE...
+  # Build outside the netns, run inside it.
+  build_operator_bins
+  # Our images (and Flux's, Velero's, the test charts') into the real node, from the binaries
+  # just built: tests that run the bundle in the cluster use them (never pulled), and
+  # e2e::real_node::image reads their list.
+  if [[ -n $("$HACK_DIR/cluster.sh" env | grep VWS_REAL_NODE= || true) ]] && e2e_uses 'real_node|bundle' "$@"; then
+    local images
+    images=$("$HACK_DIR/build-images.sh")
+    "$HACK_DIR/cluster.sh" load-images "$images"/*.oci.tar
+  fi
+  # Argo CD is started on demand by the tests that need it (hack/cluster.sh start-argocd, from
+  # inside the netns): build it (cached, keyed by hack/versions-argocd.env) and install
+  # redis-server here.
+  if e2e_uses argocd "$@"; then "$HACK_DIR/build-argocd-bins.sh" >/dev/null; fi
+  # Real Odoo (e2e::odoo) reaches PostgreSQL over its Unix socket from inside the netns, but
+  # cannot start it there: Odoo's Debian packages, PostgreSQL running, the socket's role.
+  if e2e_uses odoo "$@"; then
+    "$HACK_DIR/odoo.sh" deps
+    "$HACK_DIR/odoo.sh" db-up
+  fi
+}
+
 started=0
 if ! "$HACK_DIR/cluster.sh" status >/dev/null 2>&1; then
   "$HACK_DIR/cluster.sh" up
@@ -16,18 +53,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Build outside the netns (crates.io is not reachable inside it), run inside it.
-build_operator_bins
-# Our images (and Flux's, Velero's, the test charts') into the real node, from the binaries
-# just built: tests that run the bundle in the cluster use them (never pulled).
-if [[ -n $("$HACK_DIR/cluster.sh" env | grep VWS_REAL_NODE= || true) ]]; then
-  images=$("$HACK_DIR/build-images.sh")
-  "$HACK_DIR/cluster.sh" load-images "$images"/*.oci.tar
-fi
-# Argo CD is started on demand by the tests that need it (hack/cluster.sh start-argocd, from
-# inside the netns, where neither the module proxy nor Debian is reachable): build it (cached,
-# keyed by hack/versions-argocd.env) and install redis-server here, outside.
-"$HACK_DIR/build-argocd-bins.sh" >/dev/null
+mapfile -t files < <(cd e2e/tests && ls -- *.rs | sed 's/\.rs$//')
+prepare_e2e "${files[@]}"
 t0=$SECONDS
 # Every test file runs (a failure in one hides no other's), several side by side
 # (hack/e2e-lanes.py: VWS_E2E_LANES, default 3; VWS_E2E_THREADS tests per file, default 4).
