@@ -6,6 +6,15 @@
 //! Who can write it: whoever may patch ConfigMaps in the agent's namespace (the agent,
 //! and the cluster's administrators). A tenant cannot. Deleting the key makes the agent
 //! start as if it had never processed a document (Odoo sends its current one again).
+//!
+//! Beside `known`, the retired epochs and the undelivered acknowledgements, the record
+//! holds the documents processed, each with the acknowledgement last produced for it in
+//! short ([`protocol::processed::ProcessedDocument`], the last
+//! [`protocol::processed::MAX_PROCESSED`]), for the one-to-one comparison with what the
+//! control plane stored (`just chaos`). No decision of the agent reads them: whoever edits
+//! them can make that comparison wrong, not make a document apply or be skipped. A record
+//! without them (an older agent's) reads as before; a `processed` member that does not
+//! read is dropped, not a reason for `LedgerUnreadable`.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -22,7 +31,8 @@ pub const LEDGER_KEY: &str = "ledger.json";
 pub const LEDGER_FIELD_MANAGER: &str = "vworkspace-agent-ledger";
 
 /// Largest record written: a ConfigMap holds at most 1 MiB, shared with the condition.
-/// Acknowledgements that do not fit stay pending in memory (the oldest first).
+/// What does not fit is left out of the record, the oldest first: processed documents
+/// before any acknowledgement; acknowledgements left out stay pending in memory.
 pub const MAX_RECORD_BYTES: usize = 512 * 1024;
 
 /// Why the ledger could not be read or written.
@@ -157,5 +167,51 @@ mod tests {
         let ok = parse("{\"known\": {\"epoch\": \"a\", \"revision\": 8}}");
         assert_eq!(ok.map(|r| r.known.map(|k| k.revision)), Ok(Some(8)));
         assert_eq!(parse("{}"), Ok(LedgerRecord::default()));
+    }
+
+    #[test]
+    fn a_record_of_an_older_agent_reads_and_the_processed_documents_fit_the_budget() {
+        // As an agent before the processed documents wrote it.
+        let old = r#"{"known":{"epoch":"e1","revision":4},"retired_epochs":["e0"],"acks":[{"epoch":"e1","revision":4,"outcome":"applied","processed_at":"2026-12-01T10:00:00Z","objects":[]}]}"#;
+        let record = parse(old).unwrap();
+        assert_eq!(record.processed, vec![]);
+        let mut ledger = AckLedger::from_record(record);
+        assert_eq!(ledger.outgoing().len(), 1);
+        // Every document from now on is kept, within the ConfigMap budget (documents of 50
+        // objects: the 16 pending acknowledgements in full, 128 processed documents short).
+        let objects: Vec<protocol::ObjectAck> = (0..50)
+            .map(|i| protocol::ObjectAck {
+                kind: protocol::ObjectKind::ApplicationInstance,
+                namespace: "team-a".into(),
+                name: format!("app-{i}"),
+                outcome: protocol::ObjectOutcome::Unchanged,
+                reason: None,
+                message: None,
+                uid: Some("00000000-0000-0000-0000-000000000000".into()),
+                generation: Some(3),
+                conflict: None,
+            })
+            .collect();
+        for revision in 5..=(4 + protocol::processed::MAX_PROCESSED as u64) {
+            ledger.record(protocol::DocumentAck {
+                epoch: "e1".into(),
+                revision,
+                outcome: protocol::DocumentOutcome::Applied,
+                reason: None,
+                message: None,
+                processed_at: jiff::Timestamp::UNIX_EPOCH,
+                objects: objects.clone(),
+            });
+        }
+        let (record, _, _) = ledger.record_within(MAX_RECORD_BYTES);
+        let stored = serde_json::to_string(&record).unwrap();
+        assert!(stored.len() <= MAX_RECORD_BYTES, "{}", stored.len());
+        let back = parse(&stored).unwrap();
+        assert_eq!(
+            back.processed.len(),
+            protocol::processed::MAX_PROCESSED,
+            "short enough that all fit beside the pending acknowledgements"
+        );
+        assert_eq!(back.processed.last().map(|p| (p.revision, p.entries)), Some((132, 50)));
     }
 }

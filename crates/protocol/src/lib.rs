@@ -20,6 +20,8 @@
 //! * the message types ([`messages`]), push mode's ([`push`]), and their validation with size limits ([`validate`]);
 //! * the revision and acknowledgement rules ([`revision`]), the deletion-only-by-intent
 //!   rule ([`plan`]) and the lateness rule for Operations without a deadline ([`lateness`]);
+//! * what the agent processed, and its one-to-one comparison with the acknowledgements the
+//!   control plane stored ([`processed`]);
 //! * status reports built from the CRs ([`report`]);
 //! * Odoo's error object and its classification ([`error`]);
 //! * what the agent accepts from a module written the ordinary Odoo way (offset-less
@@ -42,6 +44,7 @@ pub mod maintenance;
 pub mod messages;
 pub mod odoo_compat;
 pub mod plan;
+pub mod processed;
 pub mod push;
 pub mod release_test;
 pub mod report;

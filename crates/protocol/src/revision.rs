@@ -23,12 +23,19 @@
 //! 7. `known`, the retired epochs and the acknowledgements not yet delivered survive
 //!    restarts and leader changes ([`LedgerRecord`]): the agent records them before an
 //!    acknowledgement leaves it, and reads them back before it processes a document.
+//!
+//! Beside them the ledger keeps what was processed ([`ProcessedDocument`], the last
+//! [`MAX_PROCESSED`]): no rule reads it; it is there to be compared with what the control
+//! plane stored ([`crate::processed::audit`]).
 
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::messages::{Cursor, DocumentAck, DocumentOutcome};
+use crate::{
+    messages::{Cursor, DocumentAck, DocumentOutcome},
+    processed::{MAX_PROCESSED, ProcessedDocument},
+};
 
 /// What to do with an incoming document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +65,8 @@ pub struct AckLedger {
     known: Option<Cursor>,
     retired: VecDeque<String>,
     pending: VecDeque<DocumentAck>,
+    /// Documents processed, oldest first, the latest acknowledgement of each.
+    processed: VecDeque<ProcessedDocument>,
     /// Changes made, and the count when last recorded durably ([`AckLedger::unsaved`]).
     changes: u64,
     saved: u64,
@@ -82,6 +91,21 @@ pub struct LedgerRecord {
     /// Acknowledgements not known to be delivered, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acks: Vec<DocumentAck>,
+    /// Documents processed, oldest first, each with the acknowledgement last produced for
+    /// it, in short. Absent in a record of an agent before issue 55; a member that does not
+    /// read is dropped rather than stopping the agent (no rule depends on it).
+    #[serde(
+        default,
+        deserialize_with = "lenient_processed",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub processed: Vec<ProcessedDocument>,
+}
+
+/// [`LedgerRecord::processed`] as stored, or nothing when it does not read.
+fn lenient_processed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ProcessedDocument>, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(value).unwrap_or_default())
 }
 
 impl AckLedger {
@@ -108,26 +132,38 @@ impl AckLedger {
         while pending.len() > MAX_PENDING_ACKS {
             pending.pop_front();
         }
+        let mut processed: VecDeque<ProcessedDocument> = record.processed.into_iter().collect();
+        while processed.len() > MAX_PROCESSED {
+            processed.pop_front();
+        }
         Self {
             known,
             retired,
             pending,
+            processed,
             changes: 0,
             saved: 0,
         }
     }
 
     /// What to store, with the change count to pass to [`AckLedger::saved`] once stored.
-    /// Only the newest acknowledgements that fit in `max_bytes` (serialised) are kept; the
-    /// second value counts those left out (they stay pending in memory).
+    /// What does not fit in `max_bytes` (serialised) is left out, the oldest first: the
+    /// processed documents before any acknowledgement (they only serve the comparison with
+    /// the control plane; they stay in memory), then the acknowledgements; the second
+    /// value counts the acknowledgements left out (they stay pending in memory).
     pub fn record_within(&self, max_bytes: usize) -> (LedgerRecord, usize, u64) {
         let mut record = LedgerRecord {
             known: self.known.clone(),
             retired_epochs: self.retired.iter().cloned().collect(),
             acks: self.pending.iter().cloned().collect(),
+            processed: self.processed.iter().cloned().collect(),
         };
+        let too_big = |r: &LedgerRecord| serde_json::to_vec(r).map_or(usize::MAX, |v| v.len()) > max_bytes;
+        while !record.processed.is_empty() && too_big(&record) {
+            record.processed.remove(0);
+        }
         let mut left_out = 0;
-        while !record.acks.is_empty() && serde_json::to_vec(&record).map_or(usize::MAX, |v| v.len()) > max_bytes {
+        while !record.acks.is_empty() && too_big(&record) {
             record.acks.remove(0);
             left_out += 1;
         }
@@ -176,6 +212,11 @@ impl AckLedger {
             }
             self.known = Some(cursor);
         }
+        self.processed.retain(|p| !p.is_of(&ack.epoch, ack.revision));
+        self.processed.push_back(ProcessedDocument::of(&ack));
+        while self.processed.len() > MAX_PROCESSED {
+            self.processed.pop_front();
+        }
         self.pending
             .retain(|p| !(p.epoch == ack.epoch && p.revision == ack.revision));
         self.pending.push_back(ack);
@@ -183,6 +224,12 @@ impl AckLedger {
             self.pending.pop_front();
         }
         self.changes += 1;
+    }
+
+    /// The documents processed, oldest first, with the acknowledgement last produced for
+    /// each (delivered or not), in short.
+    pub fn processed(&self) -> impl Iterator<Item = &ProcessedDocument> {
+        self.processed.iter()
     }
 
     /// The acknowledgements to put in the next sync, oldest first.
@@ -394,15 +441,82 @@ mod tests {
         let back = AckLedger::from_record(LedgerRecord {
             known: Some(c("bad epoch!", 9)),
             retired_epochs: vec!["ok".into(), "not ok!".into()],
-            acks: vec![],
+            ..LedgerRecord::default()
         });
         assert_eq!(back.known(), None);
         assert_eq!(back.decide(&c("ok", 1)), Decision::Stale);
         let retired_known = AckLedger::from_record(LedgerRecord {
             known: Some(c("a", 3)),
             retired_epochs: vec!["a".into()],
-            acks: vec![],
+            ..LedgerRecord::default()
         });
         assert_eq!(retired_known.known(), None, "known cannot be in a retired epoch");
+    }
+
+    #[test]
+    fn processed_documents_are_kept_one_per_document_bounded_and_recorded() {
+        let mut l = AckLedger::new();
+        l.record(ack("a", 1, DocumentOutcome::Incomplete));
+        l.record(ack("a", 1, DocumentOutcome::Applied));
+        let sent = l.outgoing();
+        l.delivered(&sent);
+        assert_eq!(
+            l.processed().map(|p| (p.revision, p.outcome)).collect::<Vec<_>>(),
+            [(1, DocumentOutcome::Applied)],
+            "the latest acknowledgement of a document replaces the retried one, and stays once delivered"
+        );
+        for r in 2..=(MAX_PROCESSED as u64 + 10) {
+            l.record(ack("a", r, DocumentOutcome::Applied));
+        }
+        assert_eq!(l.processed().count(), MAX_PROCESSED);
+        assert_eq!(
+            l.processed().next().map(|p| p.revision),
+            Some(11),
+            "the oldest dropped first"
+        );
+        let (record, left_out, _) = l.record_within(usize::MAX);
+        assert_eq!((record.processed.len(), left_out), (MAX_PROCESSED, 0));
+        let back = AckLedger::from_record(serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap());
+        assert!(back.processed().eq(l.processed()), "read back as recorded");
+    }
+
+    #[test]
+    fn processed_documents_give_way_to_acknowledgements_in_the_budget() {
+        let mut l = AckLedger::new();
+        for r in 1..=5 {
+            l.record(ack("a", r, DocumentOutcome::Applied));
+        }
+        let (full, _, _) = l.record_within(usize::MAX);
+        let size = |r: &LedgerRecord| serde_json::to_vec(r).unwrap().len();
+        let (mut fits, _, _) = l.record_within(size(&full) - 1);
+        assert_eq!(fits.acks.len(), 5, "every acknowledgement kept");
+        assert_eq!(fits.processed.len(), 4, "the oldest processed document left out");
+        assert_eq!(fits.processed[0].revision, 2);
+        assert!(size(&fits) < size(&full));
+        fits.processed.clear();
+        let (none, left_out, _) = l.record_within(size(&fits));
+        assert_eq!((none.processed.len(), none.acks.len(), left_out), (0, 5, 0));
+    }
+
+    #[test]
+    fn an_old_or_edited_record_reads_without_processed_documents() {
+        let old: LedgerRecord = serde_json::from_str(r#"{"known":{"epoch":"a","revision":3},"acks":[]}"#).unwrap();
+        assert_eq!(old.processed, vec![]);
+        assert_eq!(old.known, Some(c("a", 3)));
+        let edited: LedgerRecord =
+            serde_json::from_str(r#"{"known":{"epoch":"a","revision":3},"processed":[{"epoch":7}]}"#).unwrap();
+        assert_eq!(edited.processed, vec![], "dropped, not a reason to stop processing");
+        assert_eq!(edited.known, Some(c("a", 3)));
+        let from_old = AckLedger::from_record(LedgerRecord {
+            processed: (1..=(MAX_PROCESSED as u64 + 3))
+                .map(|r| ProcessedDocument::of(&ack("a", r, DocumentOutcome::Applied)))
+                .collect(),
+            ..LedgerRecord::default()
+        });
+        assert_eq!(
+            from_old.processed().count(),
+            MAX_PROCESSED,
+            "bounded when read back too"
+        );
     }
 }
