@@ -11,7 +11,8 @@
 //! body with `inspect.signature(...).bind`: an unknown keyword is a `422`), a call
 //! committed and then answered late (Odoo's in-transaction retries of
 //! `odoo/service/model.py` `retrying`, about 30 s), a concurrent insert of the same key
-//! (a `422 ValidationError` Odoo does not retry), and a front proxy's body limit (`413`).
+//! (a `422 ValidationError` Odoo does not retry), a front proxy's body limit (`413`), and
+//! an acknowledgement confirmed but not stored (`drop_ack`: what chaos must count as lost).
 
 use std::{sync::PoisonError, time::Duration};
 
@@ -79,6 +80,10 @@ pub enum Fault {
         /// Largest body let through.
         bytes: usize,
     },
+    /// The next `agent_sync` carrying acknowledgements is served and answered as usual, but
+    /// its first acknowledgement is not stored: a control plane that lost one it confirmed
+    /// (what a one-to-one count of acknowledgements must see). Once; then normal service.
+    DropAck,
 }
 
 /// The keywords `agent_register` and `agent_sync` name (`RegisterParams`, `SyncParams`):
@@ -213,7 +218,7 @@ impl Sim {
         json_ok(&result)
     }
 
-    fn sync(&self, cluster: &str, params: SyncParams) -> Response {
+    fn sync(&self, cluster: &str, mut params: SyncParams, fault: &Fault) -> Response {
         let mut s = self.lock();
         let Some(record) = s.clusters.get_mut(cluster) else {
             return odoo_error(StatusCode::UNAUTHORIZED, names::UNAUTHORIZED, "Invalid apikey");
@@ -240,6 +245,14 @@ impl Sim {
             return odoo_error(StatusCode::UNPROCESSABLE_ENTITY, names::INVALID_PARAMS, &message);
         }
         let acks_received = params.acks.len();
+        if *fault == Fault::DropAck && !params.acks.is_empty() {
+            let dropped = params.acks.remove(0);
+            tracing::warn!(
+                revision = dropped.revision,
+                "fault drop_ack: an acknowledgement confirmed, not stored"
+            );
+            self.set_fault(Fault::None);
+        }
         for ack in params.acks {
             record.store_ack(ack);
         }
@@ -302,7 +315,7 @@ impl Sim {
     pub(crate) async fn json2(&self, model: &str, method: &str, headers: &HeaderMap, body: &Bytes) -> Response {
         let fault = self.fault.lock().unwrap_or_else(PoisonError::into_inner).clone();
         match fault {
-            Fault::None | Fault::NoKwargs => {}
+            Fault::None | Fault::NoKwargs | Fault::DropAck => {}
             Fault::CommittedThenLate { seconds } => {
                 let response = self.serve(model, method, headers, body, &fault);
                 tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -455,7 +468,7 @@ impl Sim {
                 Err(e) => unprocessable(e),
             },
             protocol::METHOD_SYNC => match serde_json::from_value(params) {
-                Ok(p) => self.sync(&cluster, p),
+                Ok(p) => self.sync(&cluster, p, fault),
                 Err(e) => unprocessable(e),
             },
             other => odoo_error(

@@ -278,7 +278,7 @@ impl Sim {
 /// | `POST /sim/clusters/{name}/reset-intent` | empty intent (no deletions): the next document is empty |
 /// | `PUT /sim/clusters/{name}/push` `{"url", "token", "ca_file"?, "client_identity_file"?, "poll_seconds"?}` | push mode: the simulator calls the agent's endpoint ([`push`]; needs [`push::drive`] running, as `odoo-sim serve` does) |
 /// | `DELETE /sim/clusters/{name}/push` | back to pull mode |
-/// | `PUT /sim/fault` `{"mode": "none" / "unavailable" / "server_error" / "hang" (seconds) / "malformed" / "oversize" (bytes)}` | inject faults |
+/// | `PUT /sim/fault` `{"mode": "none" / "unavailable" / "server_error" / "hang" (seconds) / "malformed" / "oversize" (bytes) / "no_kwargs" / "committed_then_late" (seconds) / "concurrent_insert" / "body_limit" (bytes) / "drop_ack"}` | inject faults |
 pub fn router(sim: Sim) -> Router {
     Router::new()
         .route(

@@ -114,7 +114,7 @@ enum Command {
         spec: PathBuf,
     },
     /// Inject a fault: none, unavailable, server_error, malformed, hang:<seconds>, oversize:<bytes>,
-    /// no_kwargs, committed_then_late:<seconds>, concurrent_insert, body_limit:<bytes>.
+    /// no_kwargs, committed_then_late:<seconds>, concurrent_insert, body_limit:<bytes>, drop_ack.
     Fault { mode: String },
     /// Push mode for a cluster: the simulator calls the agent's endpoint (apply on every
     /// intent change, status every --poll-seconds) instead of waiting for agent_sync.

@@ -12,8 +12,9 @@ use serde_json::Value;
 
 use crate::push;
 
-/// Acknowledgements kept per cluster.
-const MAX_ACKS_KEPT: usize = 100;
+/// Acknowledgements kept per cluster (the latest per document; the oldest received dropped
+/// first), as the reference addon keeps `ACKS_KEPT`.
+pub const MAX_ACKS_KEPT: usize = 100;
 /// Entries of the report log kept per cluster (oldest dropped first).
 pub const REPORT_LOG_MAX: usize = 10_000;
 

@@ -762,3 +762,42 @@ async fn a_call_committed_then_answered_late_has_taken_effect_and_a_concurrent_i
     .await;
     assert_eq!(s, 413);
 }
+
+#[tokio::test]
+async fn drop_ack_confirms_an_acknowledgement_it_does_not_store_once() {
+    let sim = sim();
+    call(
+        &sim,
+        "POST",
+        "/json/2/vworkspace.cluster/agent_register",
+        Some(KEY),
+        register_params("uid-1"),
+    )
+    .await;
+    let ack = |revision: u64| {
+        json!({"epoch": "e", "revision": revision, "outcome": "applied", "processed_at": "2026-11-21T10:00:00Z",
+            "objects": []})
+    };
+    let sync = async |acks: Value| {
+        let mut params = sync_params(Value::Null);
+        params["acks"] = acks;
+        call(&sim, "POST", "/json/2/vworkspace.cluster/agent_sync", Some(KEY), params)
+            .await
+            .0
+    };
+    sim.set_fault(Fault::DropAck);
+    assert_eq!(sync(json!([])).await, 200, "a call without acknowledgements is served");
+    assert_eq!(sync(json!([ack(1), ack(2)])).await, 200, "answered as usual");
+    assert_eq!(sync(json!([ack(3)])).await, 200);
+    let revisions: Vec<u64> = sim.view("edge-1").unwrap()["acks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["revision"].as_u64())
+        .collect();
+    assert_eq!(
+        revisions,
+        [2, 3],
+        "the first acknowledgement of the first call carrying some is lost, once"
+    );
+}
