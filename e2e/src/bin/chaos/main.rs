@@ -15,7 +15,11 @@
 //! * no duplicate Helm revision: two release revisions per application (install, upgrade);
 //! * no lost acknowledgement or report: among the acknowledgements the simulator received
 //!   (all of them, not its per-object summary), one of a revision at least the one that last
-//!   changed each object; at rest, the simulator's latest report of every object is exactly
+//!   changed each object; at rest, every document the agent processed (the history in its
+//!   ledger) has its acknowledgement, exactly as the agent last produced it, among the
+//!   simulator's, one to one, within what both still hold ([`protocol::processed::audit`]:
+//!   the missing ones are counted, and a run that compared none fails); at rest, the
+//!   simulator's latest report of every object is exactly
 //!   what the agent would report of the live object now (state, generation, observed
 //!   generation, resource version, conditions, deployed chart version, phase: anything
 //!   lost after the install shows as an older report); the agent's durable ledger knows the
@@ -34,6 +38,10 @@
 //! way, `CHAOS_ODOO_FAULTS` times each (5), with the same checks against Odoo's records.
 //! `CHAOS_PHASES` (comma-separated: kills, api, control-plane, push, odoo) runs some of the
 //! phases only. Figures go to stdout (and into docs/reliability.md by hand).
+//!
+//! `CHAOS_DROP_ACK_AFTER=<seconds>` breaks it on purpose: that long into the kills phase,
+//! the simulator is told to confirm the next acknowledgement it receives without storing it
+//! (its fault `drop_ack`); the run must then fail with one lost acknowledgement.
 
 mod odoo_phase;
 
@@ -57,6 +65,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, ListParams};
 use protocol::{
     Cursor, DocumentAck, ObjectKind, ObjectReport,
+    processed::{AckAudit, audit},
     report::{application_report, operation_report, same_content},
     revision::LedgerRecord,
 };
@@ -436,6 +445,9 @@ struct Findings {
     duplicate_helm_revisions: Vec<String>,
     lost_acks_or_reports: Vec<String>,
     helm_recoveries: usize,
+    /// The agent's processed documents against the control plane's acknowledgements, one
+    /// to one (its lost ones are among `lost_acks_or_reports` too).
+    acks: AckAudit,
 }
 
 impl Findings {
@@ -579,8 +591,9 @@ async fn check(
                 .extend(ack_gap(&received, kind, ns, name, changed, "the simulator"));
         }
     }
-    f.lost_acks_or_reports
-        .extend(reports_and_ledger_at_rest(ctx, sim, rounds, ledger_configmap).await?);
+    let (gaps, acks) = reports_and_ledger_at_rest(ctx, sim, rounds, ledger_configmap).await?;
+    f.lost_acks_or_reports.extend(gaps);
+    f.acks = acks;
     Ok(f)
 }
 
@@ -630,7 +643,7 @@ async fn reports_and_ledger_at_rest(
     sim: &SimProcess,
     rounds: &[Round],
     ledger_configmap: &str,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<(Vec<String>, AckAudit)> {
     let deadline = Instant::now() + REPORT_SETTLE;
     loop {
         let view = sim.view().await?;
@@ -651,14 +664,17 @@ async fn reports_and_ledger_at_rest(
         }
         let latest: Option<Cursor> = serde_json::from_value(view["cursor"].clone()).ok();
         let received: Vec<DocumentAck> = serde_json::from_value(view["acks"].clone()).unwrap_or_default();
-        gaps.extend(ledger_gaps(
-            latest,
+        let ledger = ledger(ledger_configmap).await?;
+        let (acks, lost) = acks_one_to_one(
+            ledger.as_ref(),
             &received,
-            ledger(ledger_configmap).await?,
+            odoo_sim::state::MAX_ACKS_KEPT,
             "the simulator",
-        ));
+        );
+        gaps.extend(lost);
+        gaps.extend(ledger_gaps(latest, &received, ledger, "the simulator"));
         if gaps.is_empty() || Instant::now() >= deadline {
-            return Ok(gaps);
+            return Ok((gaps, acks));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
@@ -733,6 +749,29 @@ fn ledger_gaps(
     gaps
 }
 
+/// Every document the agent processed (its ledger's history) against every acknowledgement
+/// the control plane `who` holds (`stored`, all epochs; it keeps `retention`): one line per
+/// acknowledgement lost, and one when nothing could be compared (a check that compared
+/// nothing would pass whatever was lost).
+fn acks_one_to_one(
+    ledger: Option<&LedgerRecord>,
+    stored: &[DocumentAck],
+    retention: usize,
+    who: &str,
+) -> (AckAudit, Vec<String>) {
+    let processed = ledger.map(|l| l.processed.as_slice()).unwrap_or_default();
+    let acks = audit(processed, stored, retention);
+    let mut lines: Vec<String> = acks.lost.iter().map(|l| format!("{l} ({who})")).collect();
+    if acks.compared == 0 {
+        lines.push(format!(
+            "no processed document of the agent's ledger ({}) could be compared with {who}'s {} acknowledgements",
+            processed.len(),
+            stored.len()
+        ));
+    }
+    (acks, lines)
+}
+
 /// Runs `rounds` to the end while `tick` runs between polls (kills, outages).
 async fn drive(
     sim: &SimProcess,
@@ -798,6 +837,7 @@ async fn kill_phase(
     rng: &mut Rng,
     next_round: &mut usize,
     label: &str,
+    mut drop_ack_at: Option<Duration>,
     enough: impl Fn(&Fleet) -> bool,
     mut victim: impl FnMut(&mut Rng) -> &'static str,
 ) -> anyhow::Result<Vec<Round>> {
@@ -808,6 +848,19 @@ async fn kill_phase(
         let mut rounds = new_rounds(sim, &ctx.namespace, *next_round, 2).await?;
         *next_round += 2;
         let stuck = drive(sim, &ctx.namespace, &mut rounds, async || {
+            if let Some(after) = drop_ack_at
+                && started.elapsed() >= after
+            {
+                // Broken on purpose (CHAOS_DROP_ACK_AFTER): the next acknowledgement the
+                // simulator receives is confirmed and not stored.
+                sim.admin("PUT", "/sim/fault", Some(json!({"mode": "drop_ack"})))
+                    .await?;
+                println!(
+                    "CHAOS sabotage at {:.1?}: the simulator drops the next acknowledgement it receives",
+                    started.elapsed()
+                );
+                drop_ack_at = None;
+            }
             if Instant::now() >= next_kill && !enough(fleet) {
                 let victim = victim(rng);
                 let pause = rng.between(Duration::from_millis(200), Duration::from_secs(2));
@@ -826,14 +879,17 @@ async fn kill_phase(
 
 fn report(phase: &str, took: Duration, f: &Findings, extra: &str) {
     println!(
-        "CHAOS {phase}: {took:.0?}, {} apps, {} operations; not converged {}, duplicate children {}, duplicate Helm revisions {} (releases recovered by helm-controller after a kill: {}), lost acks/reports {} {extra}",
+        "CHAOS {phase}: {took:.0?}, {} apps, {} operations; not converged {}, duplicate children {}, duplicate Helm revisions {} (releases recovered by helm-controller after a kill: {}), lost acks/reports {}; acknowledgements compared one to one {} (older than the control plane holds, not compared: {}), lost acknowledgements {} {extra}",
         f.apps,
         f.operations,
         f.not_converged.len(),
         f.duplicate_children.len(),
         f.duplicate_helm_revisions.len(),
         f.helm_recoveries,
-        f.lost_acks_or_reports.len()
+        f.lost_acks_or_reports.len(),
+        f.acks.compared,
+        f.acks.outside_retention,
+        f.acks.lost.len()
     );
     for line in f
         .not_converged
@@ -877,6 +933,10 @@ async fn main() -> anyhow::Result<()> {
             &mut rng,
             &mut next_round,
             "",
+            std::env::var("CHAOS_DROP_ACK_AFTER")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .map(Duration::from_secs),
             |fleet| fleet.min_kills() >= kills_each,
             |rng| VICTIMS[rng.pick(VICTIMS.len())],
         )
@@ -968,6 +1028,7 @@ async fn main() -> anyhow::Result<()> {
             &mut rng,
             &mut next_round,
             " (push mode)",
+            None,
             |fleet| push_kills(fleet) >= kills_each,
             // Every other kill is the push agent's, the rest as before.
             |rng| {

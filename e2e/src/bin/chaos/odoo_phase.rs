@@ -7,8 +7,9 @@
 //! already committed cut before it reached the agent; the rest are the fleet's binaries as
 //! before. It runs until each of the three faults happened `CHAOS_ODOO_FAULTS` times (5),
 //! then checks what phases 1 to 4 check, against Odoo's own records: its acknowledgements
-//! (as received, every one), its latest report of every object against the live object,
-//! its cursor against the agent's ledger.
+//! (as received, every one, and one to one against the documents the agent's ledger says it
+//! processed), its latest report of every object against the live object, its cursor
+//! against the agent's ledger.
 
 use std::{
     collections::BTreeMap,
@@ -41,9 +42,13 @@ use tokio::{
 };
 
 use crate::{
-    Child, Findings, Fleet, REPORT_SETTLE, Rng, STEP_TIMEOUT, VICTIMS, ack_gap, check_live_app, check_live_op, ledger,
-    ledger_gaps, report_gap,
+    Child, Findings, Fleet, REPORT_SETTLE, Rng, STEP_TIMEOUT, VICTIMS, ack_gap, acks_one_to_one, check_live_app,
+    check_live_op, ledger, ledger_gaps, report_gap,
 };
+
+/// Acknowledgements the reference addon keeps per cluster (`ACKS_KEPT` in
+/// `odoo/addons/vworkspace/models/cluster.py`: the highest revisions).
+const ODOO_ACKS_KEPT: usize = 100;
 
 /// The control plane's faults, each counted.
 const FAULTS: [&str; 3] = ["odoo", "postgresql", "lost answer"];
@@ -449,10 +454,12 @@ pub(crate) async fn run(
 }
 
 /// What Odoo received, as it received it (`raw`): acknowledgements of its current epoch,
-/// latest reports by `Kind/namespace/name`, and its cursor.
+/// every acknowledgement it holds (any epoch), latest reports by `Kind/namespace/name`, and
+/// its cursor.
 async fn odoo_records(
     cp: &ControlPlane,
 ) -> anyhow::Result<(
+    Vec<DocumentAck>,
     Vec<DocumentAck>,
     BTreeMap<String, Result<ObjectReport, serde_json::Error>>,
     Option<Cursor>,
@@ -464,7 +471,7 @@ async fn odoo_records(
         epoch: epoch.clone(),
         revision,
     });
-    let acks = odoo
+    let all: Vec<DocumentAck> = odoo
         .search_read("vworkspace.ack", json!([["cluster_id", "=", cp.cluster.id]]), &["raw"])
         .await?
         .iter()
@@ -473,8 +480,8 @@ async fn odoo_records(
                 .as_str()
                 .and_then(|raw| serde_json::from_str::<DocumentAck>(raw).ok())
         })
-        .filter(|a| a.epoch == epoch)
         .collect();
+    let acks = all.iter().filter(|a| a.epoch == epoch).cloned().collect();
     let reports = odoo
         .search_read(
             "vworkspace.report",
@@ -488,7 +495,7 @@ async fn odoo_records(
             (key, serde_json::from_str::<ObjectReport>(text(&r["raw"])))
         })
         .collect();
-    Ok((acks, reports, latest))
+    Ok((acks, all, reports, latest))
 }
 
 fn text(v: &Value) -> &str {
@@ -532,7 +539,7 @@ async fn check(
             ));
         }
     }
-    let (acks, _, _) = odoo_records(cp).await?;
+    let (acks, _, _, _) = odoo_records(cp).await?;
     for (kind, name, changed, child) in &objects {
         match kind {
             ObjectKind::ApplicationInstance => check_live_app(ctx, &helm, name, &mut f).await?,
@@ -544,8 +551,8 @@ async fn check(
     // At rest: Odoo's latest reports against the live objects, its cursor against the
     // agent's ledger; re-read until nothing differs or REPORT_SETTLE passed.
     let deadline = Instant::now() + REPORT_SETTLE;
-    let gaps = loop {
-        let (acks, mut reports, latest) = odoo_records(cp).await?;
+    let (gaps, audit) = loop {
+        let (acks, all, mut reports, latest) = odoo_records(cp).await?;
         let now = jiff::Timestamp::now();
         let mut gaps = Vec::new();
         for (kind, name, _, _) in &objects {
@@ -558,12 +565,16 @@ async fn check(
             let reported = reports.remove(&format!("{}/{ns}/{name}", kind.as_str()));
             gaps.extend(report_gap(reported, &live, "Odoo"));
         }
-        gaps.extend(ledger_gaps(latest, &acks, ledger(ledger_configmap).await?, "Odoo"));
+        let ledger = ledger(ledger_configmap).await?;
+        let (audit, lost) = acks_one_to_one(ledger.as_ref(), &all, ODOO_ACKS_KEPT, "Odoo");
+        gaps.extend(lost);
+        gaps.extend(ledger_gaps(latest, &acks, ledger, "Odoo"));
         if gaps.is_empty() || Instant::now() >= deadline {
-            break gaps;
+            break (gaps, audit);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
     f.lost_acks_or_reports.extend(gaps);
+    f.acks = audit;
     Ok(f)
 }
