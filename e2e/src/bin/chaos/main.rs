@@ -448,6 +448,8 @@ struct Findings {
     /// The agent's processed documents against the control plane's acknowledgements, one
     /// to one (its lost ones are among `lost_acks_or_reports` too).
     acks: AckAudit,
+    /// Faults that did not test what they name (real Odoo: answers cut to idle syncs only).
+    faults_missed: Vec<String>,
 }
 
 impl Findings {
@@ -456,6 +458,7 @@ impl Findings {
             + self.duplicate_children.len()
             + self.duplicate_helm_revisions.len()
             + self.lost_acks_or_reports.len()
+            + self.faults_missed.len()
     }
 }
 
@@ -897,6 +900,7 @@ fn report(phase: &str, took: Duration, f: &Findings, extra: &str) {
         .chain(&f.duplicate_children)
         .chain(&f.duplicate_helm_revisions)
         .chain(&f.lost_acks_or_reports)
+        .chain(&f.faults_missed)
     {
         println!("CHAOS   {line}");
     }

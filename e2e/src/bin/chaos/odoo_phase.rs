@@ -16,7 +16,7 @@ use std::{
     path::PathBuf,
     sync::{
         Arc,
-        atomic::{AtomicU32, Ordering},
+        atomic::{AtomicBool, AtomicU32, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -81,40 +81,76 @@ impl OdooAgent {
 /// answers are owed to it ([`Self::lose_next_answer`]), the first bytes of an answer from
 /// Odoo close both sides instead of reaching the agent. Odoo writes an answer only after
 /// its transaction committed (`odoo/service/model.py`, `retrying`: `env.cr.commit()` before
-/// it returns the result), so what the agent misses has taken effect.
+/// it returns the result), so what the agent misses has taken effect. It counts how many of
+/// the answers it cut were to calls that carried acknowledgements or reports up (read in
+/// the request's JSON as the agent writes it), so a run whose cuts hit idle syncs only is
+/// told apart.
 struct LosingProxy {
     url: String,
-    owed: Arc<AtomicU32>,
-    lost: Arc<AtomicU32>,
+    counts: Arc<Counts>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// The proxy's counters.
+#[derive(Default)]
+struct Counts {
+    owed: AtomicU32,
+    lost: AtomicU32,
+    lost_with_acks: AtomicU32,
+    lost_with_reports: AtomicU32,
+    lost_with_either: AtomicU32,
+}
+
+/// How many of the cut answers were to calls that carried something up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cut {
+    pub(crate) answers: u32,
+    pub(crate) with_acks: u32,
+    pub(crate) with_reports: u32,
+    pub(crate) with_either: u32,
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (to calls carrying acknowledgements or reports: {}; acknowledgements {}, reports {})",
+            self.answers, self.with_either, self.with_acks, self.with_reports
+        )
+    }
 }
 
 impl LosingProxy {
     async fn start(upstream_port: u16) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(free_loopback_addr()?).await?;
         let url = format!("http://{}", listener.local_addr()?);
-        let owed = Arc::new(AtomicU32::new(0));
-        let lost = Arc::new(AtomicU32::new(0));
-        let (task_owed, task_lost) = (owed.clone(), lost.clone());
+        let counts = Arc::new(Counts::default());
+        let task_counts = counts.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (owed, lost) = (task_owed.clone(), task_lost.clone());
+                let counts = task_counts.clone();
                 tokio::spawn(async move {
                     // A connection that fails (Odoo down) simply closes: the agent retries.
-                    let _ = relay(client, upstream_port, &owed, &lost).await;
+                    let _ = relay(client, upstream_port, &counts).await;
                 });
             }
         });
-        Ok(Self { url, owed, lost, task })
+        Ok(Self { url, counts, task })
     }
 
     fn lose_next_answer(&self) {
-        self.owed.fetch_add(1, Ordering::SeqCst);
+        self.counts.owed.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Answers cut so far.
-    fn lost(&self) -> u32 {
-        self.lost.load(Ordering::SeqCst)
+    /// Answers cut so far, and what their calls carried.
+    fn cut(&self) -> Cut {
+        let c = &self.counts;
+        Cut {
+            answers: c.lost.load(Ordering::SeqCst),
+            with_acks: c.lost_with_acks.load(Ordering::SeqCst),
+            with_reports: c.lost_with_reports.load(Ordering::SeqCst),
+            with_either: c.lost_with_either.load(Ordering::SeqCst),
+        }
     }
 }
 
@@ -124,11 +160,76 @@ impl Drop for LosingProxy {
     }
 }
 
-async fn relay(client: TcpStream, upstream_port: u16, owed: &AtomicU32, lost: &AtomicU32) -> std::io::Result<()> {
+/// What the call on a connection whose answer comes next carried up. HTTP/1.1 calls on one
+/// connection follow each other (the agent's client does not pipeline), and Odoo answers
+/// only once it read the whole body, so when an answer starts these are its call's.
+#[derive(Default)]
+struct Carried {
+    acks: AtomicBool,
+    reports: AtomicBool,
+}
+
+/// Where a call starts, and what the agent's JSON (serde_json, compact) holds when it
+/// carries something: a non-empty `acks` or `reports` array.
+const CALL_START: &[u8] = b"POST /json/2/";
+const WITH_ACKS: &[u8] = b"\"acks\":[{";
+const WITH_REPORTS: &[u8] = b"\"reports\":[{";
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).rposition(|w| w == needle)
+}
+
+/// Relays the agent's bytes to Odoo, noting in `carried` what the latest call carries. A
+/// marker split between two reads is found in the last bytes of the one before, kept.
+async fn relay_requests(
+    mut from_client: tokio::net::tcp::OwnedReadHalf,
+    mut to_odoo: tokio::net::tcp::OwnedWriteHalf,
+    carried: &Carried,
+) -> std::io::Result<()> {
+    const KEEP: usize = 32;
+    let mut window: Vec<u8> = Vec::with_capacity(16 * 1024 + KEEP);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = from_client.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let chunk = buf.get(..n).unwrap_or_default();
+        window.extend_from_slice(chunk);
+        let from = match rfind(&window, CALL_START) {
+            Some(at) => {
+                carried.acks.store(false, Ordering::SeqCst);
+                carried.reports.store(false, Ordering::SeqCst);
+                at
+            }
+            None => 0,
+        };
+        let this_call = window.get(from..).unwrap_or_default();
+        if find(this_call, WITH_ACKS).is_some() {
+            carried.acks.store(true, Ordering::SeqCst);
+        }
+        if find(this_call, WITH_REPORTS).is_some() {
+            carried.reports.store(true, Ordering::SeqCst);
+        }
+        to_odoo.write_all(chunk).await?;
+        let drop = window.len().saturating_sub(KEEP);
+        window.drain(..drop);
+    }
+}
+
+async fn relay(client: TcpStream, upstream_port: u16, counts: &Counts) -> std::io::Result<()> {
     let upstream = TcpStream::connect(("127.0.0.1", upstream_port)).await?;
-    let (mut from_client, mut to_client) = client.into_split();
-    let (mut from_odoo, mut to_odoo) = upstream.into_split();
-    let requests = tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_odoo).await });
+    let (from_client, mut to_client) = client.into_split();
+    let (mut from_odoo, to_odoo) = upstream.into_split();
+    let carried = Arc::new(Carried::default());
+    let requests = {
+        let carried = carried.clone();
+        tokio::spawn(async move { relay_requests(from_client, to_odoo, &carried).await })
+    };
     let mut buf = vec![0u8; 16 * 1024];
     let result = loop {
         let n = match from_odoo.read(&mut buf).await {
@@ -136,12 +237,28 @@ async fn relay(client: TcpStream, upstream_port: u16, owed: &AtomicU32, lost: &A
             Ok(n) => n,
             Err(e) => break Err(e),
         };
-        if owed
+        if counts
+            .owed
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |o| o.checked_sub(1))
             .is_ok()
         {
-            lost.fetch_add(1, Ordering::SeqCst);
-            println!("CHAOS an answer of Odoo lost after its commit");
+            counts.lost.fetch_add(1, Ordering::SeqCst);
+            let (acks, reports) = (
+                carried.acks.load(Ordering::SeqCst),
+                carried.reports.load(Ordering::SeqCst),
+            );
+            for (counter, yes) in [
+                (&counts.lost_with_acks, acks),
+                (&counts.lost_with_reports, reports),
+                (&counts.lost_with_either, acks || reports),
+            ] {
+                if yes {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            println!(
+                "CHAOS an answer of Odoo lost after its commit (its call carried acknowledgements: {acks}, reports: {reports})"
+            );
             break Ok(());
         }
         if let Err(e) = to_client.write_all(buf.get(..n).unwrap_or_default()).await {
@@ -445,10 +562,19 @@ pub(crate) async fn run(
         all.extend(rounds);
     }
     let findings = check(ctx, &cp, &all, &fleet.agent.status_configmap.clone()).await?;
+    let cut = cp.proxy.cut();
+    let mut findings = findings;
+    // The lost-answer fault must have hit calls that carried something up, or it tested
+    // idle syncs only.
+    if cut.answers > 0 && cut.with_either == 0 {
+        findings.faults_missed.push(format!(
+            "none of the {} answers cut after Odoo's commit was to a call carrying acknowledgements or reports",
+            cut.answers
+        ));
+    }
     let faults = format!(
-        "control-plane faults: {:?}, answers lost after Odoo's commit: {}",
-        cp.faults,
-        cp.proxy.lost()
+        "control-plane faults: {:?}, answers lost after Odoo's commit: {cut}",
+        cp.faults
     );
     Ok((findings, faults))
 }
