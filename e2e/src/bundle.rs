@@ -514,8 +514,9 @@ const REAP_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Removes whatever [`in_cluster_components`] lists: the operator's HelmReleases first (their
 /// finalizer dropped when the uninstall does not finish in time, as nothing else would
-/// reinstall it), then the Deployments, then their pods without grace; waits until none is
-/// left, and returns what it found.
+/// reinstall it), then the Deployments, then their pods without grace; applies the release
+/// ClusterRole again (their removal took it along); waits until none is left, and returns what
+/// it found.
 pub async fn reap_in_cluster_components() -> anyhow::Result<Vec<String>> {
     let found = in_cluster_components().await?;
     if found.is_empty() {
@@ -582,6 +583,9 @@ pub async fn reap_in_cluster_components() -> anyhow::Result<Vec<String>> {
         }
     }
     delete_component_pods().await?;
+    // The bundle and the chart ship the release ClusterRole that the cluster's own set-up
+    // applied (`hack/cluster.sh up`): removing them took it along.
+    crate::setup::restore_release_role().await?;
     loop {
         let left = in_cluster_components().await?;
         let pods = component_pods().await?;

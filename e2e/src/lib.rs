@@ -38,6 +38,7 @@ pub mod ops;
 pub mod peer;
 pub mod process;
 pub mod real_node;
+pub mod setup;
 pub mod sources;
 
 /// Field manager for objects the tests write.
@@ -122,22 +123,19 @@ pub async fn client() -> anyhow::Result<Client> {
 
 static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// Set once a test process has checked that nothing foreign runs in the cluster.
-static NOTHING_FOREIGN: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+/// Set once a test process has checked the cluster's set-up ([`setup::ensure_cluster_setup`]).
+static SETUP_CHECKED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
-/// The check at the start of every suite (test binary): no component of ours or Flux's runs
-/// *in* the cluster ([`bundle::in_cluster_components`]; only the bundle tests install one, and
-/// remove it on every exit path). One that an earlier suite left anyway is removed here and
-/// named on stderr, so a failed suite never changes another's outcome: once, a bundled app
-/// controller allowed one namespace refused every later suite's apps.
+/// The check at the start of every suite (test binary), once per process: nothing of ours or
+/// Flux's runs *in* the cluster, and what `hack/cluster.sh up` set up is there
+/// ([`setup::ensure_cluster_setup`]). What an earlier suite left (once, a bundled app controller
+/// allowed one namespace refused every later suite's apps) is put back and named on stderr.
 async fn ensure_nothing_foreign() -> anyhow::Result<()> {
-    NOTHING_FOREIGN
+    SETUP_CHECKED
         .get_or_try_init(|| async {
-            let reaped = bundle::reap_in_cluster_components()
-                .await
-                .context("removing what an earlier suite left running in the cluster")?;
-            if !reaped.is_empty() {
-                eprintln!("e2e: an earlier suite left these running in the cluster; removed them first: {reaped:?}");
+            let restored = setup::ensure_cluster_setup().await?;
+            if !restored.is_empty() {
+                eprintln!("e2e: an earlier suite left the cluster changed; put back first: {restored:?}");
             }
             anyhow::Ok(())
         })

@@ -32,7 +32,7 @@ use e2e::{
         other_credentials, pods_summary, projected_token_mount, restarts,
     },
     deploy::{self, SYSTEM_NAMESPACE, http_get, kind, lease_holder, metric_sum, name, to_yaml},
-    eventually, flux,
+    eventually, flux, setup,
 };
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -536,7 +536,7 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
     remove_bundle_leftovers(&client).await?;
     phase(started, "no object of the bundle left from other tests");
 
-    let installer = format!("e2e-vworkspace-installer-{ns}");
+    let installer = format!("{}{ns}", setup::INSTALLER_BINDING_PREFIX);
     let chart_repo = bundle::chart_repo_for_pods();
     let mut values = json!({
         "allowedNamespaces": [ns],
@@ -560,7 +560,9 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": installer},
+            // Named for this process: a run killed before its cleanup leaves it to the next
+            // suite's start check (e2e::setup), which removes it once this process is gone.
+            "metadata": {"name": installer, "labels": {setup::INSTALLER_PID_LABEL: std::process::id().to_string()}},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
             "subjects": [{"kind": "ServiceAccount", "name": "vworkspace-installer", "namespace": ns}],
         }),
@@ -586,34 +588,87 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
             },
         }),
     ];
+    // The guard before anything is applied: every exit path (a failed assertion's panic too)
+    // removes the release, the installer's cluster-admin binding and whatever of the chart
+    // still runs, and applies the release ClusterRole again.
+    let guard = ChartInstall {
+        namespace: ns.clone(),
+        installer: installer.clone(),
+        removed: false,
+    };
     let result = chart_release_path(&ctx, &node, &chart_repo, &install, started).await;
+    let removed = guard.remove().await;
+    result?;
+    removed?;
+    phase(started, "release uninstalled, nothing of the chart left behind");
+    Ok(())
+}
 
-    // Cleanup whatever happened: the release (Helm uninstalls it), the installer's binding,
-    // and the release ClusterRole the cluster's Flux needs (cluster up applies it; the chart
-    // adopted it, so the uninstall deleted it).
-    let _ = flux::helm_releases(&ctx)
-        .delete("vworkspace-operator", &DeleteParams::default())
-        .await;
-    let gone = eventually(&ctx, "the operator's release uninstalled", REMOVAL_TIMEOUT, || {
-        let (hrs, namespaces) = (
-            flux::helm_releases(&ctx),
-            Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()),
-        );
-        async move {
-            let hr = hrs.get_opt("vworkspace-operator").await?.is_some();
-            let system = namespaces.get_opt(SYSTEM_NAMESPACE).await?.is_some();
-            Ok(if hr || system {
-                Err(format!(
-                    "HelmRelease present: {hr}, {SYSTEM_NAMESPACE} present: {system}"
-                ))
-            } else {
-                Ok(())
-            })
+/// The chart test's installation, removed on drop unless [`Self::remove`] did it.
+struct ChartInstall {
+    namespace: String,
+    installer: String,
+    removed: bool,
+}
+
+impl ChartInstall {
+    async fn remove(mut self) -> anyhow::Result<()> {
+        self.removed = true;
+        remove_chart_install(&self.namespace, &self.installer).await
+    }
+}
+
+impl Drop for ChartInstall {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
         }
-    })
-    .await;
-    // The guard of every exit path: whatever of the chart still runs (an uninstall that did
-    // not finish, a failed install) is removed here, so no later suite meets its app controller.
+        if std::thread::panicking() && std::env::var_os("VWS_E2E_KEEP_FAILED").is_some() {
+            eprintln!(
+                "VWS_E2E_KEEP_FAILED: the chart's release stays installed in {}; the next suite's start removes it",
+                self.namespace
+            );
+            return;
+        }
+        let (namespace, installer) = (self.namespace.clone(), self.installer.clone());
+        if let Err(e) = bundle::block_on_own_thread(async move { remove_chart_install(&namespace, &installer).await }) {
+            eprintln!("removing the chart's release on drop: {e:#}");
+        }
+    }
+}
+
+/// Removes what the chart test installed in `namespace`: the release (Helm uninstalls it),
+/// whatever of the chart still runs (an uninstall that did not finish, a failed install), the
+/// installer's binding and the release ClusterRole the cluster's Flux needs (cluster up
+/// applies it; the chart adopted it, so the uninstall deleted it). Every step runs whatever an
+/// earlier one returned; then none of the chart's cluster-wide RBAC may be left.
+async fn remove_chart_install(namespace: &str, installer: &str) -> anyhow::Result<()> {
+    let client = e2e::client().await?;
+    let releases = e2e::dynamic_api(
+        &client,
+        namespace,
+        "helm.toolkit.fluxcd.io",
+        "v2",
+        "HelmRelease",
+        "helmreleases",
+    );
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client);
+    let _ = releases.delete("vworkspace-operator", &DeleteParams::default()).await;
+    let deadline = Instant::now() + REMOVAL_TIMEOUT;
+    let gone = loop {
+        let hr = releases.get_opt("vworkspace-operator").await?.is_some();
+        let system = namespaces.get_opt(SYSTEM_NAMESPACE).await?.is_some();
+        if !hr && !system {
+            break Ok(());
+        }
+        if Instant::now() >= deadline {
+            break Err(anyhow::anyhow!(
+                "the operator's release not uninstalled after {REMOVAL_TIMEOUT:?}: HelmRelease present: {hr}, \
+                 {SYSTEM_NAMESPACE} present: {system}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let reaped = bundle::reap_in_cluster_components().await;
     let left =
         bundle::cluster_objects_part_of("clusterroles.rbac.authorization.k8s.io", &["vworkspace-operator"]).await;
@@ -622,22 +677,18 @@ async fn chart_app_only_installed_by_the_clusters_flux_runs_on_the_real_node() -
         &["vworkspace-operator"],
     )
     .await;
-    deploy::kubectl(
-        &["delete", "clusterrolebinding", &installer, "--ignore-not-found"],
-        None,
-    )
-    .await?;
-    restore_release_role().await?;
-    result?;
+    let unbound = deploy::kubectl(&["delete", "clusterrolebinding", installer, "--ignore-not-found"], None).await;
+    let restored = setup::restore_release_role().await;
     gone?;
+    unbound?;
+    restored?;
     let reaped = reaped?;
-    assert!(reaped.is_empty(), "still running after the uninstall: {reaped:?}");
+    anyhow::ensure!(reaped.is_empty(), "still running after the uninstall: {reaped:?}");
     let (left, left_bindings) = (left?, left_bindings?);
-    assert!(
+    anyhow::ensure!(
         left.is_empty() && left_bindings.is_empty(),
         "left behind: {left:?} {left_bindings:?}"
     );
-    phase(started, "release uninstalled, nothing of the chart left behind");
     Ok(())
 }
 
@@ -825,25 +876,6 @@ async fn reap_earlier_tests() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Applies the release ClusterRole again as `hack/cluster.sh up` does: the cluster's Flux
-/// needs it for every test's releases, and the bundle (which ships it) took it along when
-/// it was removed.
-async fn restore_release_role() -> anyhow::Result<()> {
-    let release_role = e2e::repo_root().join("deploy/base/release-rbac/clusterrole.yaml");
-    deploy::kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=vws-cluster-up",
-            "-f",
-            &release_role.to_string_lossy(),
-        ],
-        None,
-    )
-    .await?;
-    Ok(())
-}
-
 /// The end of an overlay test: removes the overlay and restores the release ClusterRole, also
 /// when the test failed (`result`), then returns that failure first, and checks that none of
 /// the overlay's objects is left behind but that ClusterRole.
@@ -854,12 +886,12 @@ async fn remove_overlay_and_check_nothing_left(
     result: anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let removed = installed.remove(ctx, REMOVAL_TIMEOUT).await;
-    let restored = restore_release_role().await;
+    let restored = setup::restore_release_role().await;
     result?;
     removed?;
     restored?;
     let left = bundle::still_present(installed_docs).await?;
-    // The release ClusterRole is back (restore_release_role), as the cluster had it.
+    // The release ClusterRole is back (setup::restore_release_role), as the cluster had it.
     let left: Vec<&String> = left.iter().filter(|id| !id.ends_with(api::RELEASE_ROLE)).collect();
     assert!(left.is_empty(), "left behind: {left:?}");
     Ok(())
