@@ -76,6 +76,12 @@ in-cluster +cmd:
 e2e *args:
     hack/e2e.sh {{args}}
 
+# Builds only that file's test binary, readies what it needs and runs it; ARGS go to the binary
+# (e.g. a test name filter).
+# One e2e test file (e.g. `just e2e-file odoo`) on the local cluster, started if needed and kept up.
+e2e-file file *args:
+    hack/e2e.sh --file {{file}} {{args}}
+
 # The reference Odoo addon (odoo/addons/vworkspace) on a REAL Odoo 19 (VWS_ODOO_SRC, default
 # ../shared/odoo-19) and Debian's PostgreSQL: its Odoo tests, with the golden files replayed
 # (docs/connectivity/odoo-addon.md). Installs the missing Debian packages first.

@@ -8,7 +8,7 @@ breaking each other (docs/development/README.md, "Suites side by side"):
   * `deploy` and then `bundle` run alone, after every other job: they install the operator's
     Deployments into the cluster (bundle also stops the out-of-cluster Flux), and every other
     suite's first TestContext removes what such a suite left running
-    (e2e::ensure_nothing_foreign);
+    (e2e::setup::ensure_cluster_setup);
   * the suites of one group never overlap: `peer` (they share the peer cluster, and
     engine_not_installed removes Flux's CRDs from it), `velero` (the heavy users of the one
     Velero server, which works off one backup or restore at a time);
@@ -18,7 +18,10 @@ Each job's output is printed whole when it ends (so `test result:` lines stay in
 .ci/run), then a table of every job's lane, exit status and duration. Exit 1 when any job
 failed; every job runs whatever another does (no fail-fast).
 
-Usage: hack/e2e-lanes.py [--lanes N] [--threads T] [-- ARGS...]   (ARGS go to every binary)
+With `--test NAME` (repeatable) only those files are built and run, without the doc tests;
+a single one streams its output as it comes (`just e2e-file`).
+
+Usage: hack/e2e-lanes.py [--lanes N] [--threads T] [--test NAME]... [-- ARGS...]   (ARGS go to every binary)
 """
 
 import argparse
@@ -61,10 +64,12 @@ EXPECTED = {
 DEFAULT_EXPECTED = 40
 
 
-def test_executables():
-    """(name, path) of every e2e test executable, as `cargo test --no-run` built them."""
+def test_executables(only=()):
+    """(name, path) of every e2e test executable (or of the test files `only`), as
+    `cargo test --no-run` built them."""
+    selection = [a for name in only for a in ("--test", name)]
     out = subprocess.run(
-        ["cargo", "test", "-p", "e2e", "--no-run", "--quiet", "--message-format=json"],
+        ["cargo", "test", "-p", "e2e", *selection, "--no-run", "--quiet", "--message-format=json"],
         cwd=REPO,
         check=True,
         stdout=subprocess.PIPE,
@@ -84,8 +89,9 @@ def test_executables():
         kind = target["kind"][0]
         name = target["name"] if kind == "test" else f"{kind}:{target['name']}"
         found.append((name, [msg["executable"]]))
-    # The e2e library's doc tests (rustdoc builds and runs them; no executable to list).
-    found.append(("doc", ["cargo", "test", "-p", "e2e", "--offline", "--quiet", "--doc", "--"]))
+    if not only:
+        # The e2e library's doc tests (rustdoc builds and runs them; no executable to list).
+        found.append(("doc", ["cargo", "test", "-p", "e2e", "--offline", "--quiet", "--doc", "--"]))
     return sorted(found)
 
 
@@ -93,12 +99,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lanes", type=int, default=int(os.environ.get("VWS_E2E_LANES", "3")))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("VWS_E2E_THREADS", "4")))
+    parser.add_argument("--test", action="append", default=[], metavar="NAME",
+                        help="only the test file e2e/tests/NAME.rs (repeatable)")
     parser.add_argument("args", nargs="*", help="passed to every test binary")
     opts = parser.parse_args()
     if opts.lanes < 1:
         parser.error("--lanes must be at least 1")
+    unknown = [n for n in opts.test if not (REPO / "e2e" / "tests" / f"{n}.rs").is_file()]
+    if unknown:
+        names = sorted(f.stem for f in (REPO / "e2e" / "tests").glob("*.rs"))
+        parser.error(f"no test file e2e/tests/{unknown[0]}.rs; the files are: {' '.join(names)}")
 
-    jobs = test_executables()
+    jobs = test_executables(opts.test)
     if not jobs:
         sys.exit("e2e-lanes: cargo built no e2e test executable")
     last = sorted((j for j in jobs if j[0] in LAST), key=lambda j: LAST.index(j[0]))
@@ -111,20 +123,34 @@ def main():
     results = []  # (name, lane, status, seconds)
     t_start = time.monotonic()
 
+    # One job alone has no other output to interleave with: shown as it comes.
+    stream = len(jobs) == 1
+
     def run(name, command, lane):
         log_path = logs / f"{name.replace(':', '-')}.log"
         env = dict(os.environ, VWS_E2E_PORT_SLOT=str(lane), VWS_E2E_PORT_SLOTS=str(opts.lanes))
         cmd = [str(HACK / "cluster.sh"), "exec", *command, f"--test-threads={opts.threads}", *opts.args]
         t0 = time.monotonic()
         with open(log_path, "wb") as log:
-            status = subprocess.run(cmd, cwd=REPO / "e2e", env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+            if stream:
+                proc = subprocess.Popen(cmd, cwd=REPO / "e2e", env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT)
+                for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+                    log.write(chunk)
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+                status = proc.wait()
+            else:
+                status = subprocess.run(cmd, cwd=REPO / "e2e", env=env, stdout=log,
+                                        stderr=subprocess.STDOUT).returncode
         secs = time.monotonic() - t0
         with lock:
             sys.stdout.write(f"\n===== e2e {name} (lane {lane}): exit {status} after {secs:.0f}s =====\n")
             sys.stdout.flush()
-            with open(log_path, "rb") as log:
-                sys.stdout.buffer.write(log.read())
-            sys.stdout.flush()
+            if not stream:
+                with open(log_path, "rb") as log:
+                    sys.stdout.buffer.write(log.read())
+                sys.stdout.flush()
             results.append((name, lane, status, secs))
         return status
 

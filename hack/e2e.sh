@@ -3,8 +3,20 @@
 # Brings the local cluster up if it is not running, and then takes it down
 # again at the end (set VWS_KEEP_CLUSTER=1 to keep it). Extra arguments go to
 # the test binary (e.g. a test name filter).
+#
+#   hack/e2e.sh --file FILE [ARGS]   only e2e/tests/FILE.rs (`just e2e-file`): builds that
+#                                    binary alone, readies what it needs, runs it; a cluster
+#                                    this started is kept up, for the next run
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
+
+file=""
+if [[ ${1:-} == --file ]]; then
+  file=${2:?usage: hack/e2e.sh --file FILE [ARGS]}
+  shift 2
+  [[ -f e2e/tests/$file.rs ]] ||
+    die "no test file e2e/tests/$file.rs; the files are: $(cd e2e/tests && ls -- *.rs | sed 's/\.rs$//' | tr '\n' ' ')"
+fi
 
 # Whether one of the e2e test files FILE... (names of e2e/tests/*.rs) uses the harness module
 # MODULE (`MODULE::` in its source): what a file needs beyond the cluster follows from it.
@@ -49,10 +61,19 @@ if ! "$HACK_DIR/cluster.sh" status >/dev/null 2>&1; then
   started=1
 fi
 cleanup() {
-  if [[ $started == 1 && -z ${VWS_KEEP_CLUSTER:-} ]]; then "$HACK_DIR/cluster.sh" down; fi
+  if [[ $started == 1 && -z $file && -z ${VWS_KEEP_CLUSTER:-} ]]; then "$HACK_DIR/cluster.sh" down; fi
 }
 trap cleanup EXIT
 
+if [[ -n $file ]]; then
+  prepare_e2e "$file"
+  t0=$SECONDS
+  # One lane: the whole range of test ports, the same environment as a lane of the full run.
+  status=0
+  "$HACK_DIR/e2e-lanes.py" --lanes 1 --test "$file" -- "$@" || status=$?
+  log "e2e $file finished in $((SECONDS - t0))s (cluster kept up: just cluster-down stops it)"
+  exit "$status"
+fi
 mapfile -t files < <(cd e2e/tests && ls -- *.rs | sed 's/\.rs$//')
 prepare_e2e "${files[@]}"
 t0=$SECONDS
