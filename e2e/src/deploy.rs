@@ -108,15 +108,16 @@ pub fn is_flux(doc: &Value) -> bool {
     doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "flux"
 }
 
-/// The one aggregated ClusterRole the bundle may ship: the release role (the built-in `admin`
-/// rights, granted to a chart only through RoleBindings in one namespace), aggregating exactly
-/// the `admin` label and the platform's own label (docs/install/README.md#flux-multi-tenancy).
+/// The one aggregated ClusterRole the bundle may ship: the release role (granted to a chart
+/// only through RoleBindings in one namespace), aggregating exactly the release label: the
+/// bundle's explicit list and what a platform team labels on purpose, never the built-in
+/// `admin`'s label, which grows with whatever the cluster installs
+/// (docs/install/README.md#flux-multi-tenancy).
 fn is_release_role_aggregation(doc: &Value) -> bool {
     kind(doc) == "ClusterRole"
         && name(doc) == api::RELEASE_ROLE
         && doc["aggregationRule"]
             == serde_json::json!({"clusterRoleSelectors": [
-                {"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
                 {"matchLabels": {"vworkspace.io/aggregate-to-release": "true"}},
             ]})
 }

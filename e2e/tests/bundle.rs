@@ -892,7 +892,10 @@ async fn remove_overlay_and_check_nothing_left(
     restored?;
     let left = bundle::still_present(installed_docs).await?;
     // The release ClusterRole is back (setup::restore_release_role), as the cluster had it.
-    let left: Vec<&String> = left.iter().filter(|id| !id.ends_with(api::RELEASE_ROLE)).collect();
+    let left: Vec<&String> = left
+        .iter()
+        .filter(|id| !api::RELEASE_ROLES.iter().any(|role| id.ends_with(&format!("/{role}"))))
+        .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
     Ok(())
 }
@@ -971,7 +974,7 @@ async fn app_only_overlay_beside_the_clusters_flux_runs_on_the_real_node() -> an
         bundle::cluster_objects_part_of("clusterroles.rbac.authorization.k8s.io", &["vworkspace-operator"]).await?;
     assert_eq!(
         roles,
-        [format!("clusterrole.rbac.authorization.k8s.io/{}", api::RELEASE_ROLE)]
+        api::RELEASE_ROLES.map(|role| format!("clusterrole.rbac.authorization.k8s.io/{role}"))
     );
     let bindings = bundle::cluster_objects_part_of(
         "clusterrolebindings.rbac.authorization.k8s.io",

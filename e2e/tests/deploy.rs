@@ -267,8 +267,9 @@ async fn every_overlay_renders_and_is_applied_server_side() -> anyhow::Result<()
         "the bundled Flux brings its 7 CRDs"
     );
 
-    // namespaced: Roles only, one Deployment per binary and namespace, flags to match. Its one
-    // ClusterRole is the release role, bound only by RoleBindings (it grants nothing by itself).
+    // namespaced: Roles only, one Deployment per binary and namespace, flags to match. Its
+    // ClusterRoles are the release roles, bound only by RoleBindings (they grant nothing by
+    // themselves).
     let namespaced = by_name("namespaced");
     let cluster_scoped: Vec<String> = docs_of_kind(namespaced, &["ClusterRole", "ClusterRoleBinding"])
         .into_iter()
@@ -276,7 +277,7 @@ async fn every_overlay_renders_and_is_applied_server_side() -> anyhow::Result<()
         .collect();
     assert_eq!(
         cluster_scoped,
-        [format!("ClusterRole//{}", api::RELEASE_ROLE)],
+        api::RELEASE_ROLES.map(|role| format!("ClusterRole//{role}")),
         "namespaced: no cluster-wide RBAC"
     );
     assert_eq!(docs_of_kind(namespaced, &["Deployment"]).len(), 10);
@@ -614,13 +615,14 @@ async fn namespaced_overlay_confines_the_app_controller_to_its_namespace() -> an
         .replace("team-a", &ctx.namespace)
         .replace("team-b", &other.namespace);
     let docs = e2e::yaml_documents(&yaml)?;
-    // One ClusterRole, granting nothing by itself: the release role each controller binds in its
-    // own namespace with a RoleBinding (docs/install/README.md#flux-multi-tenancy).
+    // The release ClusterRoles alone, granting nothing by themselves: the release role each
+    // controller binds in its own namespace with a RoleBinding, and the rules it aggregates
+    // (docs/install/README.md#flux-multi-tenancy).
     let cluster_scoped: Vec<(&str, &str)> = docs_of_kind(&docs, &["ClusterRole", "ClusterRoleBinding"])
         .into_iter()
         .map(|d| (kind(d), name(d)))
         .collect();
-    assert_eq!(cluster_scoped, [("ClusterRole", api::RELEASE_ROLE)]);
+    assert_eq!(cluster_scoped, api::RELEASE_ROLES.map(|role| ("ClusterRole", role)));
     let dep_name = format!("app-controller-{}", ctx.namespace);
     let dep = deployment(&docs, &dep_name)?;
     let sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
@@ -630,7 +632,7 @@ async fn namespaced_overlay_confines_the_app_controller_to_its_namespace() -> an
         .iter()
         .filter(|d| {
             kind(d) == "Namespace"
-                || (kind(d) == "ClusterRole" && name(d) == api::RELEASE_ROLE)
+                || (kind(d) == "ClusterRole" && api::RELEASE_ROLES.contains(&name(d)))
                 || (kind(d) == "ServiceAccount" && name(d) == sa)
                 || (matches!(kind(d), "Role" | "RoleBinding")
                     && d["metadata"]["labels"]["app.kubernetes.io/name"] == APP_CONTROLLER
@@ -639,8 +641,8 @@ async fn namespaced_overlay_confines_the_app_controller_to_its_namespace() -> an
         .collect();
     assert_eq!(
         mine.len(),
-        7,
-        "namespace, release ClusterRole, ServiceAccount, 2 Roles, 2 RoleBindings"
+        8,
+        "namespace, 2 release ClusterRoles, ServiceAccount, 2 Roles, 2 RoleBindings"
     );
     deploy::apply(&to_yaml(&mine)?, false).await?;
 

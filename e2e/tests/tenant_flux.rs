@@ -18,8 +18,9 @@ use e2e::{
 };
 use k8s_openapi::api::{
     apps::v1::Deployment,
+    authorization::v1::SubjectAccessReview,
     core::v1::{ConfigMap, Event, Namespace, Secret, ServiceAccount},
-    rbac::v1::{ClusterRoleBinding, RoleBinding},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding},
 };
 use kube::{
     Api, ResourceExt,
@@ -211,5 +212,174 @@ async fn a_missing_target_namespace_is_tenant_setup_failed_and_nothing_is_create
             .await?
             .is_none()
     );
+    Ok(())
+}
+
+/// A ClusterRole shaped like a standard Flux install's `flux-edit` (flux2's manifests: every
+/// Flux API group, labelled to aggregate into the built-in `admin` and `edit`), cluster-wide
+/// and uniquely named; deleted on drop, also when the test panics.
+struct FluxEditRole {
+    name: String,
+}
+
+impl FluxEditRole {
+    async fn apply(ctx: &TestContext) -> anyhow::Result<Self> {
+        let role = Self {
+            name: format!("e2e-flux-edit-{}", ctx.namespace),
+        };
+        let groups = [
+            "source.toolkit.fluxcd.io",
+            "kustomize.toolkit.fluxcd.io",
+            "helm.toolkit.fluxcd.io",
+            "notification.toolkit.fluxcd.io",
+            "image.toolkit.fluxcd.io",
+        ];
+        let doc = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": role.name, "labels": {
+                "rbac.authorization.k8s.io/aggregate-to-admin": "true",
+                "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+            }},
+            "rules": [{"apiGroups": groups, "resources": ["*"],
+                "verbs": ["create", "delete", "deletecollection", "patch", "update"]}],
+        });
+        e2e::deploy::apply(&e2e::deploy::to_yaml(&[&doc])?, false).await?;
+        Ok(role)
+    }
+}
+
+impl Drop for FluxEditRole {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        if let Err(e) = e2e::bundle::block_on_own_thread(async move {
+            e2e::deploy::kubectl(&["delete", "clusterrole", &name, "--ignore-not-found"], None)
+                .await
+                .map(drop)
+        }) {
+            eprintln!("deleting the flux-edit ClusterRole: {e:#}");
+        }
+    }
+}
+
+/// Whether `user` (with `groups`) may `verb` `group/resource` in `namespace`, as the API
+/// server's authorizer answers a SubjectAccessReview.
+async fn allowed(
+    ctx: &TestContext,
+    (user, groups): (&str, &[String]),
+    verb: &str,
+    (group, resource): (&str, &str),
+    namespace: &str,
+) -> anyhow::Result<bool> {
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"user": user, "groups": groups, "resourceAttributes": {
+            "namespace": namespace, "verb": verb, "group": group, "resource": resource,
+        }},
+    }))?;
+    let answer = Api::<SubjectAccessReview>::all(ctx.client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// On a cluster that runs a standard Flux (the app-only install beside an existing Flux), its
+/// `flux-edit` ClusterRole aggregates into the built-in `admin`. The release ServiceAccount a
+/// chart is applied as must not follow it: a chart that writes a Kustomization without a
+/// ServiceAccount is applied by kustomize-controller as cluster-admin, and a HelmRelease or
+/// HelmRepository written directly skips the ApplicationInstance's admission policy and
+/// repository rules. Written as the attack: with flux-edit present (and aggregated into
+/// `admin`, so the precondition is real), the release ServiceAccount's HelmRelease and
+/// HelmRepository are refused by the API server and nothing is created, and a review of each
+/// Flux kind answers no; what a chart needs in its namespace is still allowed, and nothing
+/// that lets it act as another identity.
+#[tokio::test]
+async fn a_standard_flux_edit_role_does_not_reach_the_release_service_account() -> anyhow::Result<()> {
+    let ctx = TestContext::new("tf-flux-edit").await?;
+    let ns = ctx.namespace.clone();
+    // The release identity exactly as the app controller sets it up in a tenant namespace.
+    ctx.apply_yaml(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {RELEASE_SERVICE_ACCOUNT}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {RELEASE_ROLE}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {RELEASE_ROLE}}}\n\
+         subjects: [{{kind: ServiceAccount, name: {RELEASE_SERVICE_ACCOUNT}, namespace: {ns}}}]\n"
+    ))
+    .await?;
+    let _flux_edit = FluxEditRole::apply(&ctx).await?;
+    eventually(
+        &ctx,
+        "flux-edit aggregated into the built-in admin ClusterRole",
+        Duration::from_secs(60),
+        || async {
+            let admin = Api::<ClusterRole>::all(ctx.client.clone()).get("admin").await?;
+            let has_flux = admin.rules.unwrap_or_default().iter().any(|r| {
+                r.api_groups
+                    .iter()
+                    .flatten()
+                    .any(|g| g == "kustomize.toolkit.fluxcd.io")
+            });
+            Ok(if has_flux { Ok(()) } else { Err("not yet".to_owned()) })
+        },
+    )
+    .await?;
+
+    let user = e2e::deploy::service_account_user(&ns, RELEASE_SERVICE_ACCOUNT);
+    let groups = vec![
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{ns}"),
+        "system:authenticated".to_owned(),
+    ];
+    let release = (user.as_str(), groups.as_slice());
+    let mut wrong = Vec::new();
+    for (verb, target, expected) in [
+        ("create", ("kustomize.toolkit.fluxcd.io", "kustomizations"), false),
+        ("create", ("source.toolkit.fluxcd.io", "gitrepositories"), false),
+        ("create", ("source.toolkit.fluxcd.io", "helmrepositories"), false),
+        ("create", ("helm.toolkit.fluxcd.io", "helmreleases"), false),
+        ("create", ("", "serviceaccounts/token"), false),
+        ("impersonate", ("", "serviceaccounts"), false),
+        ("create", ("", "pods/exec"), false),
+        ("create", ("apps", "deployments"), true),
+        ("create", ("", "secrets"), true),
+        ("create", ("rbac.authorization.k8s.io", "rolebindings"), true),
+        ("create", ("batch", "jobs"), true),
+    ] {
+        if allowed(&ctx, release, verb, target, &ns).await? != expected {
+            wrong.push(format!("{verb} {}/{}: expected allowed={expected}", target.0, target.1));
+        }
+    }
+    assert!(wrong.is_empty(), "the release ServiceAccount's rights: {wrong:?}");
+
+    // The attack itself, as the release ServiceAccount (what helm-controller impersonates).
+    let chart = e2e::deploy::client_from(&e2e::deploy::impersonating_kubeconfig(
+        &ns,
+        RELEASE_SERVICE_ACCOUNT,
+        &format!("{ns}-release"),
+    )?)
+    .await?;
+    let repository = json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
+        "metadata": {"name": "planted"}, "spec": {"url": e2e::CHART_REPO, "interval": "1m"},
+    });
+    let release_doc = json!({
+        "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        "metadata": {"name": "planted"},
+        "spec": {"interval": "1m", "chart": {"spec": {"chart": "escalate-app", "version": "0.1.0",
+            "sourceRef": {"kind": "HelmRepository", "name": "planted"}}}},
+    });
+    for (doc, plural) in [(&repository, "helmrepositories"), (&release_doc, "helmreleases")] {
+        let (group, version) = doc["apiVersion"]
+            .as_str()
+            .and_then(|v| v.split_once('/'))
+            .unwrap_or_default();
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let as_chart = e2e::dynamic_api(&chart, &ns, group, version, kind, plural);
+        let object: kube::api::DynamicObject = serde_json::from_value(doc.clone())?;
+        let result = as_chart.create(&PostParams::default(), &object).await;
+        assert!(
+            e2e::deploy::is_forbidden(&result),
+            "{kind} written as the release ServiceAccount: {result:?}"
+        );
+        let as_admin = e2e::dynamic_api(&ctx.client, &ns, group, version, kind, plural);
+        assert!(as_admin.get_opt("planted").await?.is_none(), "a {kind} was created");
+    }
     Ok(())
 }

@@ -64,9 +64,18 @@ pub const RUNBOOK_SERVICE_ACCOUNT: &str = "vworkspace-runbook";
 /// namespace's Secrets). See docs/install/README.md#flux-multi-tenancy.
 pub const RELEASE_SERVICE_ACCOUNT: &str = "vworkspace-release";
 
-/// The ClusterRole (shipped in the install bundle, aggregated from the built-in `admin`) that the
-/// release ServiceAccount is bound to, per namespace, by a RoleBinding of the same name.
+/// The ClusterRole (shipped in the install bundle: an explicit rule list of the built-in API
+/// groups, plus what a platform team labels `vworkspace.io/aggregate-to-release`, never the
+/// built-in `admin`'s aggregation) that the release ServiceAccount is bound to, per namespace,
+/// by a RoleBinding of the same name.
 pub const RELEASE_ROLE: &str = "vworkspace-release";
+
+/// The ClusterRole (shipped beside [`RELEASE_ROLE`], labelled `vworkspace.io/aggregate-to-release`)
+/// holding the release's explicit rules of the built-in API groups; never bound itself.
+pub const RELEASE_BUILTIN_ROLE: &str = "vworkspace-release-builtin";
+
+/// The release ClusterRoles a bundle ships: [`RELEASE_ROLE`] and the rules it aggregates.
+pub const RELEASE_ROLES: [&str; 2] = [RELEASE_ROLE, RELEASE_BUILTIN_ROLE];
 
 use kube::CustomResourceExt;
 
