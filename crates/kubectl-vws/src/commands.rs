@@ -23,6 +23,7 @@ use crate::{
     history,
     progress::{self, Printer, Verdict},
     request::{self, Intent},
+    table,
     trace::{self, Node},
 };
 
@@ -384,7 +385,10 @@ async fn follow(
             Verdict::Going => {}
             Verdict::Succeeded { result } => {
                 write(out, printer.finish())?;
-                return write(out, &format!("operation {name} Succeeded: {result}\n"));
+                return write(
+                    out,
+                    &format!("operation {name} Succeeded: {}\n", table::printable(&result)),
+                );
             }
             Verdict::Failed { phase, reason, message } => {
                 write(out, printer.finish())?;

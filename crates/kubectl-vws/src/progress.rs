@@ -65,8 +65,8 @@ pub fn line(op: &Operation, now: Timestamp) -> String {
         .filter(|m| !m.is_empty())
         .or_else(|| status.and_then(|s| s.result.as_deref()))
         .unwrap_or("waiting for the engine");
-    // One line, whatever the message holds.
-    let message: String = message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    // One line, whatever the message holds, and nothing a terminal would act on.
+    let message = crate::table::printable(message);
     format!("{} {phase}  {child}  {elapsed}  {message}", op.name_any())
 }
 

@@ -2,8 +2,30 @@
 //! columns, no trailing blanks. Widths count characters, so any UTF-8 text lines up as
 //! well as a terminal allows.
 
-/// `rows` under `headers`, each column as wide as its widest cell.
+/// `text` safe to print on a terminal: every control character (C0, DEL, C1: escape
+/// sequences that move the cursor, recolour, retitle the window or rewrite earlier lines) and
+/// every bidirectional override or isolate (text shown in another order than it is) becomes a
+/// space. Cells, reasons and messages come from charts, Flux and tenants.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// `rows` under `headers`, each column as wide as its widest cell; every cell
+/// [`printable`].
 pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| printable(cell)).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -56,6 +78,20 @@ mod tests {
         assert_eq!(lines[0], "NAME             MESSAGE          N");
         assert_eq!(lines[1], "wiki             Prêt à l'emploi  1");
         assert_eq!(lines[2], "nextcloud-долго  x                22");
+    }
+
+    #[test]
+    fn terminal_escapes_and_bidi_overrides_in_cells_are_not_printed() {
+        let rows = vec![vec![
+            "wiki".to_owned(),
+            "6.2\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m".to_owned(),
+            "ok\u{202E}gnp.exe".to_owned(),
+        ]];
+        let out = render(&["NAME", "APP VERSION", "REASON"], &rows);
+        assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
+        assert!(!out.contains('\u{202E}'));
+        assert!(out.contains("6.2 ]0;owned  [2J 31m"), "{out:?}");
+        assert_eq!(printable("Prêt à l'emploi"), "Prêt à l'emploi");
     }
 
     #[test]

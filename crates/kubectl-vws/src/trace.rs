@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use crate::table::printable;
+
 /// One object in the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
@@ -145,12 +147,12 @@ pub fn render(root: &Node) -> String {
 }
 
 fn write_node(node: &Node, lead: &str, child_lead: &str, out: &mut String) {
-    let detail = node
-        .detail
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>();
-    out.push_str(&format!("{lead}{}  Ready={}  {detail}\n", node.object, node.ready));
+    out.push_str(&format!(
+        "{lead}{}  Ready={}  {}\n",
+        printable(&node.object),
+        printable(&node.ready),
+        printable(&node.detail)
+    ));
     let count = node.children.len();
     for (i, child) in node.children.iter().enumerate() {
         let last = i + 1 == count;
