@@ -279,8 +279,15 @@ impl InstalledBundle {
     /// whatever gets applied from here on is removed.
     pub fn new(dir: &std::path::Path, docs: &[&Value], tenant_namespace: &str) -> anyhow::Result<Self> {
         let yaml = deploy::to_yaml(docs)?;
-        let file = dir.join("installed.yaml");
+        let file = dir.join(INSTALLED_FILE);
         std::fs::write(&file, &yaml)?;
+        // Who installed it: a run killed before its guard ran leaves both files, and the next
+        // suite's start check uninstalls what a process that is gone installed
+        // ([`uninstall_leftover_bundles`]).
+        std::fs::write(
+            dir.join(INSTALLED_OWNER_FILE),
+            format!("{} {tenant_namespace}\n", std::process::id()),
+        )?;
         Ok(Self {
             file,
             tenant_namespace: tenant_namespace.to_owned(),
@@ -307,6 +314,7 @@ impl InstalledBundle {
     pub async fn remove(mut self, ctx: &TestContext, timeout: Duration) -> anyhow::Result<()> {
         self.removed = true;
         let uninstalled = uninstall(&self.file, &self.tenant_namespace).await;
+        forget_owner(&self.file);
         let docs = crate::yaml_documents(&std::fs::read_to_string(&self.file)?)?;
         let docs: Vec<&Value> = docs.iter().collect();
         let gone = eventually(ctx, "every object of the bundle deleted", timeout, || {
@@ -447,7 +455,63 @@ impl Drop for InstalledBundle {
         if let Err(e) = block_on_own_thread(async move { uninstall(&file, &tenant_namespace).await }) {
             eprintln!("removing the bundle on drop: {e:#}");
         }
+        forget_owner(&self.file);
     }
+}
+
+/// The file [`InstalledBundle`] writes what it installs to, in the bundle's directory.
+const INSTALLED_FILE: &str = "installed.yaml";
+/// Beside it while installed: `<pid> <tenant namespace>` of the test process that installed it.
+const INSTALLED_OWNER_FILE: &str = "installed.owner";
+
+/// Removes the owner file beside an installed bundle's `file`: uninstalled (or tried).
+fn forget_owner(file: &Path) {
+    let _ = std::fs::remove_file(file.with_file_name(INSTALLED_OWNER_FILE));
+}
+
+/// Uninstalls ([`uninstall`]) every bundle an [`InstalledBundle`] of a test process that is gone
+/// left installed (a SIGKILLed bundle run: its Flux namespace, RBAC, Services and policies, not
+/// only the Deployments [`reap_in_cluster_components`] finds), and returns their files. The
+/// bundle's RBAC (which every suite's out-of-cluster controllers run under) is applied again
+/// afterwards, as each suite applies it.
+pub async fn uninstall_leftover_bundles() -> anyhow::Result<Vec<String>> {
+    let root = cluster_dir().join("bundle-e2e");
+    let mut done = Vec::new();
+    let Ok(dirs) = std::fs::read_dir(&root) else {
+        return Ok(done);
+    };
+    for dir in dirs.filter_map(Result::ok).map(|e| e.path()) {
+        let Ok(owner) = std::fs::read_to_string(dir.join(INSTALLED_OWNER_FILE)) else {
+            continue;
+        };
+        let mut words = owner.split_whitespace();
+        let (pid, tenant_namespace) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+        if crate::setup::process_alive(pid) {
+            continue;
+        }
+        let file = dir.join(INSTALLED_FILE);
+        if file.exists() {
+            // Every step runs whatever another returned (a bundled helm-controller that does
+            // not stop within 180 s loses its pods without grace); what matters is below.
+            if let Err(e) = uninstall(&file, tenant_namespace).await {
+                eprintln!("uninstalling {} of a killed run: {e:#}", file.display());
+            }
+            // Its namespaces gone (not Terminating): a later suite would take a Terminating
+            // `flux-system` for a bundled Flux, and could not apply the bundle's RBAC into a
+            // Terminating `vworkspace-system`.
+            let client = crate::client().await?;
+            let docs = crate::yaml_documents(&std::fs::read_to_string(&file)?)?;
+            for ns in docs.iter().filter(|d| kind(d) == "Namespace").map(name) {
+                wait_namespace_usable(&client, ns, REAP_TIMEOUT).await?;
+            }
+            done.push(file.display().to_string());
+        }
+        forget_owner(&file);
+    }
+    if !done.is_empty() {
+        deploy::apply_bundle_rbac().await?;
+    }
+    Ok(done)
 }
 
 /// Runs `work` to completion on a runtime of its own, on a thread of its own: a `Drop` runs

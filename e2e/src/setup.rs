@@ -1,6 +1,7 @@
 //! What `hack/cluster.sh up` sets up and every suite relies on, and the check at the start of
-//! every suite (test binary) that it is there: nothing of ours or Flux's runs *in* the cluster
-//! (only the bundle tests install one, removed on every exit path), the out-of-cluster Flux
+//! every suite (test binary) that it is there: nothing of ours or Flux's is installed or runs
+//! *in* the cluster (only the bundle tests install one, removed on every exit path; what a
+//! killed bundle run installed is uninstalled whole), the out-of-cluster Flux
 //! runs, the release ClusterRole exists, and no test's cluster-admin binding outlives its
 //! process. What a failed or killed suite left is put back (and named on stderr), so it never
 //! changes another suite's outcome; a component that cannot be put back from here fails the
@@ -70,7 +71,7 @@ async fn cluster_status() -> anyhow::Result<String> {
 }
 
 /// Whether process `pid` runs (the tests and `hack/cluster.sh` share one pid namespace).
-fn process_alive(pid: &str) -> bool {
+pub fn process_alive(pid: &str) -> bool {
     !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && Path::new("/proc").join(pid).exists()
 }
 
@@ -119,6 +120,12 @@ async fn lock_start_check() -> anyhow::Result<std::fs::File> {
 pub async fn ensure_cluster_setup() -> anyhow::Result<Vec<String>> {
     let _lock = lock_start_check().await?;
     let mut restored = Vec::new();
+    let uninstalled = bundle::uninstall_leftover_bundles()
+        .await
+        .context("uninstalling what a killed bundle run left installed")?;
+    if !uninstalled.is_empty() {
+        restored.push(format!("uninstalled the bundles of killed runs: {uninstalled:?}"));
+    }
     let reaped = bundle::reap_in_cluster_components()
         .await
         .context("removing what an earlier suite left running in the cluster")?;
