@@ -314,6 +314,7 @@ enum Step {
     Install,
     Upgrade,
     Backup,
+    Restore,
     Runbook,
     Done,
 }
@@ -326,7 +327,7 @@ struct Round {
     asked: bool,
     asked_at: Instant,
     app_id: Option<i64>,
-    /// Operation records by type (`Backup`, `Runbook`), once created.
+    /// Operation records by type (`Backup`, `Restore`, `Runbook`), once created.
     ops: BTreeMap<&'static str, i64>,
 }
 
@@ -380,8 +381,12 @@ impl Round {
                 odoo.write("vworkspace.application", id, json!({"chart_version": "0.2.0"}))
                     .await?;
             }
-            Step::Backup | Step::Runbook => {
-                let op_type = if self.step == Step::Backup { "Backup" } else { "Runbook" };
+            Step::Backup | Step::Restore | Step::Runbook => {
+                let op_type = match self.step {
+                    Step::Backup => "Backup",
+                    Step::Restore => "Restore",
+                    _ => "Runbook",
+                };
                 let found = odoo
                     .search_read(
                         "vworkspace.operation",
@@ -402,6 +407,20 @@ impl Round {
                             json!({
                                 "cluster_id": cluster, "namespace": ns, "application_name": self.app,
                                 "op_type": "Backup", "payload_json": json!({"ttl": "2h"}).to_string(),
+                                "deadline": deadline,
+                            }),
+                        )
+                        .await?
+                    }
+                    None if op_type == "Restore" => {
+                        // From this round's Backup, by the name Odoo gave it on the cluster.
+                        let backup = self.operation(odoo, "Backup").await?;
+                        let source = json!({"source": {"operationName": text(&backup["name"])}});
+                        odoo.create(
+                            "vworkspace.operation",
+                            json!({
+                                "cluster_id": cluster, "namespace": ns, "application_name": self.app,
+                                "op_type": "Restore", "payload_json": source.to_string(),
                                 "deadline": deadline,
                             }),
                         )
@@ -431,6 +450,7 @@ impl Round {
                 rec["status"] == "ready" && rec["deployed_chart_version"] == "0.2.0"
             }
             Step::Backup => self.operation(odoo, "Backup").await?["status"] == "succeeded",
+            Step::Restore => self.operation(odoo, "Restore").await?["status"] == "succeeded",
             Step::Runbook => self.operation(odoo, "Runbook").await?["status"] == "succeeded",
             Step::Done => true,
         })
@@ -449,7 +469,8 @@ impl Round {
         self.step = match self.step {
             Step::Install => Step::Upgrade,
             Step::Upgrade => Step::Backup,
-            Step::Backup => Step::Runbook,
+            Step::Backup => Step::Restore,
+            Step::Restore => Step::Runbook,
             Step::Runbook | Step::Done => Step::Done,
         };
         self.asked = false;
@@ -652,7 +673,11 @@ async fn check(
             app["changed_revision"].as_u64(),
             None,
         ));
-        for (op_type, child) in [("Backup", Child::VeleroBackup), ("Runbook", Child::Job)] {
+        for (op_type, child) in [
+            ("Backup", Child::VeleroBackup),
+            ("Restore", Child::VeleroRestore),
+            ("Runbook", Child::Job),
+        ] {
             let op = odoo
                 .operation(*round.ops.get(op_type).context("no Operation record")?)
                 .await?;
