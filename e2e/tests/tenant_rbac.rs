@@ -79,6 +79,37 @@ async fn the_upgrade_engine_token_writes_revision_histories_only() -> anyhow::Re
     assert!(is_forbidden(&as_history), "even labelled as a history: {as_history:?}");
     assert!(admin_system.get_opt("vws-planted").await?.is_none());
     assert!(admin_system.get_opt("vws-planted-revisions").await?.is_none());
+    // Argo CD's namespace (its argocd-cm and argocd-rbac-cm decide what every Argo CD user may
+    // do), even as a revision history; it exists only once Argo CD was started.
+    e2e::deploy::ensure_namespace("argocd").await?;
+    let argocd: Api<ConfigMap> = Api::namespaced(stolen.clone(), "argocd");
+    let admin_argocd: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), "argocd");
+    let planted = "argocd-cm-planted-revisions";
+    // The policy may have just changed (applied above by this process): as for kube-system,
+    // undo what got through until it is enforced.
+    let in_argocd = eventually(
+        &ctx,
+        "the upgrade-engine policy refuses argocd",
+        Duration::from_secs(30),
+        || async {
+            let created = argocd
+                .create(&post, &config_map(planted, Some("revision-history"))?)
+                .await;
+            if created.is_ok() {
+                admin_argocd.delete(planted, &Default::default()).await?;
+                return Ok(Err("created: the policy is not enforced yet".to_owned()));
+            }
+            Ok(Ok(created))
+        },
+    )
+    .await?;
+    assert!(admin_argocd.get_opt(planted).await?.is_none());
+    assert!(is_forbidden(&in_argocd), "{in_argocd:?}");
+    assert!(
+        denial(&in_argocd).contains("system namespace argocd"),
+        "{}",
+        denial(&in_argocd)
+    );
 
     // A tenant's own ConfigMap: neither rewritten nor taken over by labelling it.
     let admin_tenant: Api<ConfigMap> = ctx.api();
