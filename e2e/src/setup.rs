@@ -133,7 +133,7 @@ pub async fn ensure_cluster_setup() -> anyhow::Result<Vec<String>> {
         restored.push(format!("removed from the cluster: {reaped:?}"));
     }
 
-    let stopped = stopped_components(&cluster_status().await?);
+    let mut stopped = stopped_components(&cluster_status().await?);
     if stopped.iter().any(|c| OUT_OF_CLUSTER_FLUX.contains(&c.as_str())) {
         // A bundle run killed while its own Flux replaced the cluster's (never two at once:
         // the in-cluster one was reaped just above).
@@ -141,11 +141,11 @@ pub async fn ensure_cluster_setup() -> anyhow::Result<Vec<String>> {
         restored.push(format!(
             "the out-of-cluster Flux was stopped ({stopped:?}); started it again"
         ));
+        stopped = stopped_components(&cluster_status().await?);
     }
-    let still_stopped = stopped_components(&cluster_status().await?);
-    if !still_stopped.is_empty() {
+    if !stopped.is_empty() {
         bail!(
-            "the cluster's own components are not running: {still_stopped:?} (`hack/cluster.sh status`; \
+            "the cluster's own components are not running: {stopped:?} (`hack/cluster.sh status`; \
              `hack/cluster.sh down && hack/cluster.sh up` starts the cluster anew)"
         );
     }
